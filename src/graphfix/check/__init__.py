@@ -1,0 +1,1 @@
+"""Numerical comparison: onnxruntime runs, seeded inputs, tolerances per dtype."""

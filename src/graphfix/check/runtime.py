@@ -1,0 +1,61 @@
+"""Running a model in onnxruntime the way graphfix defines "the reference".
+
+CPU execution provider (unless asked otherwise), every onnxruntime graph
+optimization disabled (so onnxruntime's own rewrites cannot hide or cause a
+difference), one intra-op thread order fixed by onnxruntime itself.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+
+_PROTOBUF_LIMIT = 2**31 - 1
+
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+
+
+def session_options():
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    return so
+
+
+def make_session(model: onnx.ModelProto, providers: Sequence[str] = ("cpu",)):
+    """An onnxruntime InferenceSession for an in-memory model.
+
+    Models over the 2 GB protobuf limit are written to a temporary directory with
+    external data first. Raises whatever onnxruntime raises; callers decide
+    whether that is the user's problem or a broken rewrite.
+    """
+    import onnxruntime as ort
+
+    names = [PROVIDERS.get(p.strip().lower(), p) for p in providers]
+    if model.ByteSize() < _PROTOBUF_LIMIT:
+        return ort.InferenceSession(
+            model.SerializeToString(), sess_options=session_options(), providers=names
+        )
+    with tempfile.TemporaryDirectory(prefix="graphfix-ort-") as tmp:
+        path = os.path.join(tmp, "model.onnx")
+        big = onnx.ModelProto()
+        big.CopyFrom(model)
+        onnx.save_model(big, path, save_as_external_data=True, location="model.onnx.data")
+        return ort.InferenceSession(path, sess_options=session_options(), providers=names)
+
+
+def run_model(
+    model: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    providers: Sequence[str] = ("cpu",),
+) -> dict[str, np.ndarray]:
+    """Run the model once; returns every graph output by name."""
+    sess = make_session(model, providers)
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, dict(feeds))))

@@ -1,0 +1,32 @@
+"""The two error roots of graphfix.
+
+`GraphfixError` is the user's problem (bad file, bad option, unsupported model):
+it carries *what* failed, *why*, and *how to fix* it, and the CLI shows it as one
+paragraph with exit code 2. `InternalError` is our bug: the CLI shows it with a
+request to report it.
+"""
+
+from __future__ import annotations
+
+
+class GraphfixError(Exception):
+    """A user-facing error: what failed, why, and how to fix it."""
+
+    def __init__(self, what: str, why: str = "", fix: str = "") -> None:
+        self.what = what.rstrip(".")
+        self.why = why.rstrip(".")
+        self.fix = fix.rstrip(".")
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        parts = [self.what + "."]
+        if self.why:
+            parts.append(self.why[0].upper() + self.why[1:] + ".")
+        if self.fix:
+            parts.append(self.fix[0].upper() + self.fix[1:] + ".")
+        return " ".join(parts)
+
+
+class InternalError(Exception):
+    """A bug in graphfix, not in the user's input."""

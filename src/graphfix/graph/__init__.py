@@ -1,0 +1,29 @@
+"""Small helpers over onnx-graphsurgeon used by passes and the manager."""
+
+from graphfix.graph.walk import (
+    all_graphs,
+    count_nodes,
+    fingerprint,
+    node_label,
+    opset_of,
+)
+from graphfix.graph.rewire import (
+    bypass,
+    constant_value,
+    is_graph_output,
+    replace_in,
+    take_output,
+)
+
+__all__ = [
+    "all_graphs",
+    "bypass",
+    "constant_value",
+    "count_nodes",
+    "fingerprint",
+    "is_graph_output",
+    "node_label",
+    "opset_of",
+    "replace_in",
+    "take_output",
+]

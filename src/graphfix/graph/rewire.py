@@ -1,0 +1,73 @@
+"""Rewiring idioms: bypass a pass-through node, let a node take another's output."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+
+def is_graph_output(graph: gs.Graph, tensor: gs.Tensor) -> bool:
+    return any(t is tensor for t in graph.outputs)
+
+
+def constant_value(tensor: gs.Tensor | None) -> np.ndarray | None:
+    """The tensor's value when it is a constant (initializer or `Constant` node), else None."""
+    if tensor is None:
+        return None
+    if isinstance(tensor, gs.Constant):
+        return tensor.values
+    if len(tensor.inputs) == 1 and tensor.inputs[0].op == "Constant":
+        attrs = tensor.inputs[0].attrs
+        if "value" in attrs and isinstance(attrs["value"], gs.Constant):
+            return attrs["value"].values
+    return None
+
+
+def bypass(graph: gs.Graph, node: gs.Node) -> str | None:
+    """Remove a node whose first output equals its first input, keeping output names.
+
+    Consumers of the node's output read its input instead. When the output is a
+    graph output, the producer of the input takes the output's tensor (and so its
+    name) instead. Returns None on success, or why the node cannot be removed.
+    The node is left disconnected; `cleanup` drops it.
+    """
+    inp, out = node.inputs[0], node.outputs[0]
+    if any(o.outputs for o in node.outputs[1:]) or any(
+        is_graph_output(graph, o) for o in node.outputs[1:]
+    ):
+        return "a secondary output is used"
+    if not is_graph_output(graph, out):
+        for consumer in list(out.outputs):
+            replace_in(consumer.inputs, out, inp)
+        node.inputs.clear()
+        node.outputs.clear()
+        return None
+    # The output is a graph output: its name must survive.
+    if is_graph_output(graph, inp) or any(t is inp for t in graph.inputs):
+        return "it connects a graph input or output directly to a graph output"
+    if isinstance(inp, gs.Constant) or len(inp.inputs) != 1:
+        return "its input is a constant or is not produced by a node of this graph"
+    producer = inp.inputs[0]
+    if producer not in graph.nodes:
+        return "its input comes from an enclosing graph"
+    if out.dtype is None and inp.dtype is not None:
+        out.dtype = inp.dtype
+    take_output(producer, inp, out)
+    node.inputs.clear()
+    node.outputs.clear()
+    return None
+
+
+def take_output(producer: gs.Node, old: gs.Tensor, new: gs.Tensor) -> None:
+    """Make `producer` write `new` where it wrote `old`; other readers of `old` read `new`."""
+    for consumer in list(old.outputs):
+        replace_in(consumer.inputs, old, new)
+    new.inputs.clear()
+    replace_in(producer.outputs, old, new)
+
+
+def replace_in(tensors: list, old: gs.Tensor, new: gs.Tensor) -> None:
+    """Replace `old` by `new` in a node's input or output list, keeping gs's links in sync."""
+    for i, t in enumerate(tensors):
+        if t is old:
+            tensors[i] = new

@@ -1,0 +1,73 @@
+"""Walking a graph and its subgraphs; a cheap structural fingerprint."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+
+def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
+    """The graph, then every If/Loop/Scan body in it, recursively."""
+    yield graph
+    yield from graph.subgraphs(recursive=True)
+
+
+def count_nodes(graph: gs.Graph) -> int:
+    """Nodes in the graph and all its subgraphs."""
+    return sum(len(g.nodes) for g in all_graphs(graph))
+
+
+def node_label(node: gs.Node) -> str:
+    """How notes and reports name a node: `Op 'name'`."""
+    name = node.name or (node.outputs[0].name if node.outputs else "?")
+    return f"{node.op} '{name}'"
+
+
+def opset_of(graph: gs.Graph, domain: str = "") -> int:
+    """The opset the graph imports for `domain` ('' = the default ONNX domain)."""
+    if domain in ("", "ai.onnx"):
+        return int(graph.opset)
+    for d in graph.import_domains or []:
+        if d.domain == domain:
+            return int(d.version)
+    return 0
+
+
+def fingerprint(graph: gs.Graph) -> tuple:
+    """A structural fingerprint that changes whenever a pass edits the graph.
+
+    It covers node identity, op, attributes, the identity of every input/output
+    tensor and of every constant's value object, graph inputs/outputs, and the
+    tensors' names, shapes and dtypes. It is O(nodes) and never reads weights, so
+    it relies on the pass contract: passes replace arrays, never write into them.
+    """
+    parts: list[Any] = []
+    for g in all_graphs(graph):
+        parts.append(("graph", id(g), tuple(_tensor_key(t) for t in g.inputs),
+                      tuple(_tensor_key(t) for t in g.outputs)))
+        for node in g.nodes:
+            parts.append((
+                id(node), node.op, node.name, node.domain,
+                tuple(_tensor_key(t) for t in node.inputs),
+                tuple(_tensor_key(t) for t in node.outputs),
+                tuple((k, _attr_key(v)) for k, v in node.attrs.items()),
+            ))
+    return tuple(parts)
+
+
+def _tensor_key(t: gs.Tensor) -> tuple:
+    shape = tuple(t.shape) if t.shape is not None else None
+    if isinstance(t, gs.Constant):
+        return (id(t), t.name, id(t._values), shape)
+    return (id(t), t.name, str(t.dtype), shape)
+
+
+def _attr_key(value: Any) -> Any:
+    if isinstance(value, (gs.Graph, gs.Tensor, np.ndarray)):
+        return id(value)
+    if isinstance(value, list):
+        return tuple(_attr_key(v) for v in value)
+    return value

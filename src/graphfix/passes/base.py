@@ -1,0 +1,150 @@
+"""The pass contract: `Pass`, `PassResult`, `PassContext`.
+
+A pass takes an `onnx_graphsurgeon.Graph` and mutates it in place. It does no file
+I/O, keeps no global state, and never mutates a numpy array it did not create
+(rollback and change detection rely on that). It reports what it did in
+`PassResult.counts` and why it skipped something in `PassResult.notes`.
+
+Every pass class has a kebab-case `name`, a one-line `summary`, and an `Options`
+dataclass (possibly empty). Options are parsed from pipeline text
+(`fold-constants{size-threshold=1048576}`); field names are written there in
+kebab-case.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import onnx_graphsurgeon as gs
+
+from graphfix.errors import GraphfixError
+
+_KEBAB = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+
+
+@dataclass(frozen=True)
+class Note:
+    """Why a pass left something alone: `subject` (node or tensor) and `reason`."""
+
+    subject: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.subject}: {self.reason}"
+
+
+@dataclass
+class PassResult:
+    """What one run of a pass did.
+
+    `counts` maps a past-tense phrase ("folded BatchNormalization into Conv") to how
+    many times it happened; `notes` say why candidates were skipped.
+    """
+
+    changed: bool
+    counts: Counter[str] = field(default_factory=Counter)
+    notes: list[Note] = field(default_factory=list)
+
+    def summary(self) -> str:
+        if not self.counts:
+            return "nothing to do"
+        return "; ".join(f"{what}: {n}" for what, n in self.counts.items())
+
+
+@dataclass
+class PassContext:
+    """What a pass may know beyond the graph.
+
+    `input_shapes` holds the resolved shape of every graph input (from
+    `--input-shape`, `--data` or the default), for passes such as `fix-shapes`.
+    `renamed` records tensor names a pass had to change (old -> new), so tensors
+    can still be matched across rewrites.
+    """
+
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    renamed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """A pass without options."""
+
+
+class Pass:
+    """Base class of every pass. Subclasses set `name`, `summary`, `Options`, and `run`."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    Options: ClassVar[type] = NoOptions
+
+    def __init__(self, options: Any = None) -> None:
+        self.options = options if options is not None else self.Options()
+
+    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        raise NotImplementedError
+
+    @classmethod
+    def option_fields(cls) -> list[dataclasses.Field]:
+        return list(dataclasses.fields(cls.Options))
+
+    @classmethod
+    def parse_options(cls, pairs: list[tuple[str, str]]) -> Any:
+        """Build `Options` from `key=value` text pairs; unknown keys are user errors.
+
+        Passes whose option keys are not fixed (fix-shapes: one key per model
+        input) override this.
+        """
+        fields = {f.name.replace("_", "-"): f for f in cls.option_fields()}
+        values: dict[str, Any] = {}
+        for key, text in pairs:
+            f = fields.get(key)
+            if f is None:
+                known = ", ".join(sorted(fields)) or "none"
+                raise GraphfixError(
+                    f"Pass '{cls.name}' has no option '{key}'",
+                    f"its options are: {known}",
+                    f"fix the pipeline text, or run `graphfix passes` to see every option",
+                )
+            values[f.name] = _convert(cls.name, key, text, f.type)
+        return cls.Options(**values)
+
+
+def _convert(pass_name: str, key: str, text: str, type_: Any) -> Any:
+    type_name = type_ if isinstance(type_, str) else getattr(type_, "__name__", str(type_))
+    try:
+        if type_name == "bool":
+            if text.lower() in ("true", "1", "yes", "on"):
+                return True
+            if text.lower() in ("false", "0", "no", "off"):
+                return False
+            raise ValueError(text)
+        if type_name == "int":
+            return int(text)
+        if type_name == "float":
+            return float(text)
+    except ValueError:
+        raise GraphfixError(
+            f"Option '{key}' of pass '{pass_name}' got '{text}'",
+            f"it takes a {type_name}",
+            f"write for example {pass_name}{{{key}={_EXAMPLES.get(type_name, 'value')}}}",
+        ) from None
+    return text
+
+
+_EXAMPLES = {"bool": "true", "int": "1024", "float": "0.5"}
+
+
+def check_pass_class(cls: type[Pass]) -> None:
+    """Programming-error checks for a pass class, used by the registry."""
+    from graphfix.errors import InternalError
+
+    if not _KEBAB.match(getattr(cls, "name", "")):
+        raise InternalError(f"pass {cls.__name__} has a name that is not kebab-case")
+    if not getattr(cls, "summary", ""):
+        raise InternalError(f"pass {cls.name} has no summary")
+    if not dataclasses.is_dataclass(cls.Options):
+        raise InternalError(f"pass {cls.name}: Options must be a dataclass")
