@@ -58,4 +58,4 @@ def run_model(
     """Run the model once; returns every graph output by name."""
     sess = make_session(model, providers)
     names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, dict(feeds))))
+    return dict(zip(names, sess.run(names, dict(feeds)), strict=True))

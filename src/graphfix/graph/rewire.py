@@ -11,16 +11,36 @@ def is_graph_output(graph: gs.Graph, tensor: gs.Tensor) -> bool:
 
 
 def constant_value(tensor: gs.Tensor | None) -> np.ndarray | None:
-    """The tensor's value when it is a constant (initializer or `Constant` node), else None."""
+    """The tensor's value when it is a constant, else None.
+
+    A constant is an initializer, the output of a `Constant` node, or either of
+    those behind a chain of `Identity` nodes (exporters put Identity in front of
+    shared weights and BatchNorm statistics). Lazily loaded initializers are read
+    without caching: `Constant.values` would replace gs's value object, which the
+    manager's fingerprint counts as a change, so passes read constants only here.
+    """
+    while (
+        tensor is not None
+        and not isinstance(tensor, gs.Constant)
+        and len(tensor.inputs) == 1
+        and tensor.inputs[0].op == "Identity"
+        and tensor.inputs[0].inputs
+    ):
+        tensor = tensor.inputs[0].inputs[0]
     if tensor is None:
         return None
     if isinstance(tensor, gs.Constant):
-        return tensor.values
+        return _read(tensor)
     if len(tensor.inputs) == 1 and tensor.inputs[0].op == "Constant":
-        attrs = tensor.inputs[0].attrs
-        if "value" in attrs and isinstance(attrs["value"], gs.Constant):
-            return attrs["value"].values
+        value = tensor.inputs[0].attrs.get("value")
+        if isinstance(value, gs.Constant):
+            return _read(value)
     return None
+
+
+def _read(constant: gs.Constant) -> np.ndarray:
+    raw = constant._values  # gs has no public non-caching read
+    return raw.load() if hasattr(raw, "load") else np.asarray(raw)
 
 
 def bypass(graph: gs.Graph, node: gs.Node) -> str | None:

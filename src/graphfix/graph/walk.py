@@ -26,6 +26,12 @@ def node_label(node: gs.Node) -> str:
     return f"{node.op} '{name}'"
 
 
+def is_onnx(node: gs.Node, *ops: str) -> bool:
+    """Whether the node is a standard ONNX op (gs gives the default domain as None or '')
+    and, when `ops` are given, one of them."""
+    return (node.domain or "") in ("", "ai.onnx") and (not ops or node.op in ops)
+
+
 def opset_of(graph: gs.Graph, domain: str = "") -> int:
     """The opset the graph imports for `domain` ('' = the default ONNX domain)."""
     if domain in ("", "ai.onnx"):

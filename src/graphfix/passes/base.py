@@ -2,7 +2,9 @@
 
 A pass takes an `onnx_graphsurgeon.Graph` and mutates it in place. It does no file
 I/O, keeps no global state, and never mutates a numpy array it did not create
-(rollback and change detection rely on that). It reports what it did in
+(rollback and change detection rely on that): it reads constants with
+`graphfix.graph.constant_value` (gs's `Constant.values` caches, which counts as
+an edit) and gives a changed constant a new `gs.Constant`. It reports what it did in
 `PassResult.counts` and why it skipped something in `PassResult.notes`.
 
 Every pass class has a kebab-case `name`, a one-line `summary`, and an `Options`
@@ -87,6 +89,10 @@ class Pass:
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         raise NotImplementedError
 
+    def implied_input_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Input shapes this configured pass sets; the run tests with exactly these."""
+        return {}
+
     @classmethod
     def option_fields(cls) -> list[dataclasses.Field]:
         return list(dataclasses.fields(cls.Options))
@@ -107,7 +113,7 @@ class Pass:
                 raise GraphfixError(
                     f"Pass '{cls.name}' has no option '{key}'",
                     f"its options are: {known}",
-                    f"fix the pipeline text, or run `graphfix passes` to see every option",
+                    "fix the pipeline text, or run `graphfix passes` to see every option",
                 )
             values[f.name] = _convert(cls.name, key, text, f.type)
         return cls.Options(**values)

@@ -1,0 +1,3 @@
+from graphfix.cli.app import main
+
+main()

@@ -1,0 +1,228 @@
+"""Model inputs for numerical checks: resolving dynamic dims, seeded data, user data.
+
+Shape resolution, in order, for every dynamic dim of every graph input:
+1. the shape given for that input (`--input-shape name:1x3x224x224`);
+2. a symbolic dim (`batch`) already bound by a given shape of another input;
+3. axis 0 is taken as the batch dim and set to 1;
+4. otherwise the dim cannot be resolved: a `GraphfixError` names the input and the
+   dim and says how to pass it.
+A dim is dynamic when it has a symbolic name, no value, or a value <= 0 (some
+exporters write -1).
+
+Seeded data: floats ~ N(0, 1); integers uniform in [0, 8) (small, so that
+index-like inputs stay in range for most models); booleans fair coin flips.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from graphfix.errors import GraphfixError
+
+DEFAULT_SEED = 0
+_SHAPE = re.compile(r"^\d+(x\d+)*$")
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """A graph input as declared: name, numpy dtype, dims (int, symbolic name, or None)."""
+
+    name: str
+    dtype: np.dtype
+    dims: tuple[int | str | None, ...] | None
+
+    def dynamic_axes(self) -> list[int]:
+        return [i for i, d in enumerate(self.dims or ()) if not isinstance(d, int)]
+
+
+def graph_inputs(model: onnx.ModelProto) -> list[InputInfo]:
+    """The model's real inputs (initializers listed as inputs are not inputs)."""
+    inits = {t.name for t in model.graph.initializer}
+    out = []
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)) if tt.elem_type else None
+        dims = None
+        if tt.HasField("shape"):
+            dims = tuple(_dim(d) for d in tt.shape.dim)
+        out.append(InputInfo(vi.name, dtype, dims))
+    return out
+
+
+def _dim(d: onnx.TensorShapeProto.Dimension) -> int | str | None:
+    if d.HasField("dim_value") and d.dim_value > 0:
+        return int(d.dim_value)
+    if d.HasField("dim_param") and d.dim_param:
+        return d.dim_param
+    return None
+
+
+def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
+    """`name:1x3x224x224` -> ('name', (1, 3, 224, 224)). A scalar is `name:` (empty)."""
+    name, sep, dims = spec.rpartition(":")
+    dims = dims.strip()
+    if not sep or not name or (dims and not _SHAPE.match(dims)):
+        raise GraphfixError(
+            f"Cannot read the input shape '{spec}'",
+            "an input shape is the input's name, a colon, and its dims joined by 'x'",
+            "write it like --input-shape input:1x3x224x224",
+        )
+    return name, tuple(int(d) for d in dims.split("x")) if dims else ()
+
+
+def resolve_shapes(
+    inputs: list[InputInfo],
+    given: Mapping[str, tuple[int, ...]] | None = None,
+    lenient: bool = False,
+) -> dict[str, tuple[int, ...]]:
+    """A static shape for every input (see the module docstring for the rules).
+
+    With `lenient`, inputs that cannot be resolved are left out instead of raising.
+    """
+    given = dict(given or {})
+    names = {i.name for i in inputs}
+    for name in given:
+        if name not in names:
+            raise GraphfixError(
+                f"A shape was given for '{name}', which is not an input of the model",
+                f"its inputs are: {', '.join(sorted(names)) or 'none'}",
+                "use one of those names in --input-shape",
+            )
+    bound: dict[str, int] = {}
+    for info in inputs:
+        if info.name in given:
+            _check_given(info, given[info.name])
+            for d, v in zip(info.dims or (), given[info.name], strict=True):
+                if isinstance(d, str):
+                    bound.setdefault(d, v)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for info in inputs:
+        if info.name in given:
+            shapes[info.name] = tuple(given[info.name])
+            continue
+        if info.dims is None:
+            if lenient:
+                continue
+            raise GraphfixError(
+                f"Input '{info.name}' has no declared shape",
+                "graphfix needs a static shape to make test data",
+                f"pass --input-shape {info.name}:DIMS (e.g. {info.name}:1x3x224x224)",
+            )
+        try:
+            shapes[info.name] = tuple(
+                _resolve_dim(info, axis, d, bound) for axis, d in enumerate(info.dims)
+            )
+        except GraphfixError:
+            if not lenient:
+                raise
+    return shapes
+
+
+def _resolve_dim(info: InputInfo, axis: int, d: int | str | None, bound: dict[str, int]) -> int:
+    if isinstance(d, int):
+        return d
+    if isinstance(d, str) and d in bound:
+        return bound[d]
+    if axis == 0:
+        if isinstance(d, str):
+            bound[d] = 1
+        return 1
+    shown = "x".join(str(x) if isinstance(x, int) else "?" for x in info.dims)
+    label = f"'{d}'" if isinstance(d, str) else "unnamed"
+    raise GraphfixError(
+        f"Input '{info.name}' dim {axis} ({label}) is dynamic and graphfix cannot choose it",
+        f"only axis 0 is assumed to be a batch dim (set to 1); the input's shape is {shown}",
+        f"pass --input-shape {info.name}:{_example(info)} with the size you deploy, "
+        "or --no-check to skip the numerical check",
+    )
+
+
+def _example(info: InputInfo) -> str:
+    return "x".join(str(d) if isinstance(d, int) else ("1" if i == 0 else "N")
+                    for i, d in enumerate(info.dims))
+
+
+def _check_given(info: InputInfo, shape: tuple[int, ...]) -> None:
+    if info.dims is None:
+        return
+    bad = len(shape) != len(info.dims) or any(
+        isinstance(d, int) and d != v for d, v in zip(info.dims, shape, strict=True)
+    )
+    if bad:
+        declared = "x".join(str(d) if isinstance(d, int) else "?" for d in info.dims)
+        raise GraphfixError(
+            f"The shape {'x'.join(map(str, shape)) or 'scalar'} given for input "
+            f"'{info.name}' does not fit it",
+            f"the model declares {declared} (rank {len(info.dims)}); only '?' dims may be chosen",
+            f"pass --input-shape {info.name}:{_example(info)} with the '?'/N dims filled in",
+        )
+
+
+def random_feeds(
+    inputs: list[InputInfo], shapes: Mapping[str, tuple[int, ...]], seed: int = DEFAULT_SEED
+) -> dict[str, np.ndarray]:
+    """Seeded test data for every input (see the module docstring for distributions)."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for info in inputs:
+        shape = shapes[info.name]
+        kind = info.dtype.kind if info.dtype is not None else "f"
+        if kind == "f":
+            arr = rng.standard_normal(shape).astype(info.dtype or np.float32)
+        elif kind in "iu":
+            arr = rng.integers(0, 8, size=shape).astype(info.dtype)
+        elif kind == "b":
+            arr = rng.random(shape) < 0.5
+        else:
+            raise GraphfixError(
+                f"Input '{info.name}' has dtype {info.dtype}, "
+                "for which graphfix makes no test data",
+                "only float, integer and boolean inputs are generated",
+                "pass the inputs with --data inputs.npz, or --no-check",
+            )
+        feeds[info.name] = arr
+    return feeds
+
+
+def load_feeds(path: str | os.PathLike, inputs: list[InputInfo]) -> dict[str, np.ndarray]:
+    """Inputs from an .npz file, one array per input name, checked against the model."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except FileNotFoundError:
+        raise GraphfixError(
+            f"The data file '{path}' does not exist", "", "check the --data path"
+        ) from None
+    except (OSError, ValueError) as err:
+        raise GraphfixError(
+            f"Cannot read '{path}' as an .npz file of input arrays",
+            f"numpy says: {err}",
+            "save the inputs with numpy.savez(path, **{input_name: array})",
+        ) from None
+    feeds = {}
+    for info in inputs:
+        if info.name not in arrays:
+            raise GraphfixError(
+                f"The data file '{path}' has no array for input '{info.name}'",
+                f"it has: {', '.join(sorted(arrays)) or 'nothing'}",
+                "store one array per model input, keyed by the input's name",
+            )
+        arr = arrays[info.name]
+        if info.dtype is not None and arr.dtype != info.dtype:
+            raise GraphfixError(
+                f"Array '{info.name}' in '{path}' is {arr.dtype}, the model wants {info.dtype}",
+                "onnxruntime does not convert input types",
+                f"save it with .astype('{info.dtype}')",
+            )
+        _check_given(info, arr.shape)
+        feeds[info.name] = arr
+    return feeds

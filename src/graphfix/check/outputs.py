@@ -1,0 +1,117 @@
+"""The per-pass output check: run the original once, then each rewrite, and compare.
+
+The original model runs in onnxruntime (see `runtime`) on seeded random inputs
+or the user's `.npz`; its outputs are the reference. After a pass, the rewritten
+model runs on the same inputs and every graph output is compared with the
+tolerances in `tolerances`. When onnxruntime cannot run the original (custom
+ops, unsupported opset, ...) the check is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from graphfix.check.compare import OutputDiff, compare_outputs
+from graphfix.check.inputs import DEFAULT_SEED, graph_inputs, load_feeds, random_feeds
+from graphfix.check.runtime import run_model
+from graphfix.check.tolerances import tolerance_table
+
+
+@dataclass
+class CheckOutcome:
+    """The verdict on one rewritten model."""
+
+    ok: bool
+    diffs: list[OutputDiff] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def max_abs(self) -> float | None:
+        finite = [d.max_abs for d in self.diffs if np.isfinite(d.max_abs)]
+        return max(finite) if finite else None
+
+    def describe(self) -> str:
+        if self.error:
+            return self.error
+        bad = [d for d in self.diffs if not d.ok]
+        if bad:
+            return "outputs differ: " + "; ".join(d.describe() for d in bad)
+        worst = self.max_abs
+        return "passed" + (f" (max abs {worst:.2g})" if worst else " (exact)")
+
+
+class OutputCheck:
+    """Reference outputs of the original model, and the check of any rewrite against them."""
+
+    def __init__(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        reference: Mapping[str, np.ndarray] | None,
+        skipped_reason: str = "",
+        providers: Sequence[str] = ("cpu",),
+        seed: int | None = None,
+        data: str = "",
+    ) -> None:
+        self.feeds = dict(feeds)
+        self.reference = reference
+        self.skipped_reason = skipped_reason
+        self.providers = tuple(providers)
+        self.seed = seed
+        self.data = data
+
+    @property
+    def enabled(self) -> bool:
+        return self.reference is not None
+
+    @classmethod
+    def prepare(
+        cls,
+        model: onnx.ModelProto,
+        shapes: Mapping[str, tuple[int, ...]],
+        data: str | os.PathLike | None = None,
+        seed: int = DEFAULT_SEED,
+        providers: Sequence[str] = ("cpu",),
+    ) -> OutputCheck:
+        """Make the inputs and run the original; a model onnxruntime cannot run is skipped."""
+        inputs = graph_inputs(model)
+        if data is not None:
+            feeds, used_seed = load_feeds(data, inputs), None
+        else:
+            feeds, used_seed = random_feeds(inputs, shapes, seed), seed
+        try:
+            reference = run_model(model, feeds, providers)
+        except Exception as err:  # onnxruntime raises many types; all mean "cannot run it"
+            reason = f"onnxruntime cannot run the input model: {_first_line(err)}"
+            return cls(feeds, None, reason, providers, used_seed, str(data or ""))
+        return cls(feeds, reference, "", providers, used_seed, str(data or ""))
+
+    @classmethod
+    def disabled(cls, reason: str) -> OutputCheck:
+        return cls({}, None, reason)
+
+    def verify(self, model: onnx.ModelProto) -> CheckOutcome:
+        """Run the rewritten model on the reference inputs and compare every output."""
+        assert self.reference is not None, "verify() on a disabled check"
+        try:
+            outputs = run_model(model, self.feeds, self.providers)
+        except Exception as err:
+            return CheckOutcome(False, error=f"onnxruntime cannot run it: {_first_line(err)}")
+        diffs = compare_outputs(self.reference, outputs)
+        return CheckOutcome(all(d.ok for d in diffs), diffs)
+
+    def describe_inputs(self) -> dict[str, str]:
+        return {k: f"{v.dtype}[{'x'.join(map(str, v.shape))}]" for k, v in self.feeds.items()}
+
+    def tolerances(self) -> dict[str, dict[str, float]]:
+        return {k: {"rtol": t.rtol, "atol": t.atol} for k, t in tolerance_table().items()}
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip() or type(err).__name__
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[0][:300] if lines else type(err).__name__

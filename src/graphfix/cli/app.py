@@ -1,0 +1,59 @@
+"""The `graphfix` command: one thin module per subcommand."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import typer
+
+from graphfix.cli.common import EXIT_INTERNAL, Settings
+from graphfix.cli.demo import demo_command
+from graphfix.cli.passes import passes_command
+from graphfix.cli.run import run_command
+
+app = typer.Typer(
+    name="graphfix",
+    help="Get ONNX models through NVIDIA TensorRT: verified graph rewrites.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from graphfix import __version__
+
+        print(f"graphfix {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks with errors."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    ctx.obj = Settings(debug=debug)
+
+
+app.command("run")(run_command)
+app.command("passes")(passes_command)
+app.command("demo")(demo_command)
+
+
+def main() -> None:
+    """Console-script entry point: internal errors get exit code 3 and a request to report."""
+    try:
+        app()
+    except Exception:
+        traceback.print_exc()
+        print(
+            "graphfix hit an internal error (a bug in graphfix, not in your model). "
+            "Please report it with the traceback above.",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_INTERNAL)

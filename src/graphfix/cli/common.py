@@ -1,0 +1,82 @@
+"""What every command shares: error display, the pass table, the console."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from graphfix.errors import GraphfixError
+from graphfix.report import APPLIED, ROLLED_BACK, Report
+
+EXIT_FAILED = 1
+EXIT_USER_ERROR = 2
+EXIT_INTERNAL = 3
+NOTES_SHOWN = 5
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+@dataclass
+class Settings:
+    debug: bool = False
+
+
+@contextmanager
+def user_errors(ctx: typer.Context) -> Iterator[None]:
+    """Show a GraphfixError as one paragraph and exit 2 (with a traceback under --debug)."""
+    debug = bool(ctx.obj and ctx.obj.debug)
+    try:
+        yield
+    except GraphfixError as err:
+        if debug:
+            traceback.print_exc()
+        print(f"error: {err.message}", file=sys.stderr)
+        raise typer.Exit(EXIT_USER_ERROR) from None
+
+
+def pass_table(report: Report) -> Table:
+    table = Table(title=f"graphfix run: {report.pipeline}", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("pass")
+    table.add_column("time", justify="right")
+    table.add_column("nodes", justify="right")
+    table.add_column("what it did")
+    table.add_column("check")
+    for rec in report.passes:
+        style = {APPLIED: "green", ROLLED_BACK: "red"}.get(rec.status, "dim")
+        table.add_row(
+            str(rec.index + 1),
+            rec.spec,
+            f"{rec.seconds * 1000:.0f} ms",
+            f"{rec.nodes_before} → {rec.nodes_after}",
+            rec.did(),
+            rec.check,
+            style=style,
+        )
+    return table
+
+
+def print_report(report: Report, show_traceback: bool = False) -> None:
+    console.print(pass_table(report))
+    for note in report.verify_notes:
+        console.print(f"note: {note}")
+    if not report.check.enabled:
+        console.print(f"numerical check skipped: {report.check.skipped_reason}")
+    for rec in report.passes:
+        if rec.status == ROLLED_BACK:
+            console.print(f"[red]rolled back[/red] {rec.spec}: {rec.rollback_reason}")
+            if show_traceback and rec.traceback:
+                console.print(rec.traceback, markup=False)
+        for note in rec.notes[:NOTES_SHOWN]:
+            console.print(f"  {rec.spec}: {note}", markup=False)
+        if len(rec.notes) > NOTES_SHOWN:
+            console.print(f"  {rec.spec}: ... {len(rec.notes) - NOTES_SHOWN} more notes "
+                          "(see --report)")

@@ -1,0 +1,132 @@
+"""`graphfix run`: rewrite a model with a pipeline of passes, checked after each."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import typer
+
+from graphfix import api, io
+from graphfix.check.inputs import DEFAULT_SEED, parse_input_shape
+from graphfix.cli.common import EXIT_FAILED, console, print_report, user_errors
+from graphfix.errors import GraphfixError
+from graphfix.passes.pipeline import parse_pipeline
+from graphfix.passes.registry import DEFAULT_PIPELINE
+from graphfix.report import PassRecord, Report
+
+
+def default_output(model: Path) -> Path:
+    """`<stem>.graphfix.onnx` beside the input."""
+    return model.with_name(f"{model.stem}.graphfix.onnx")
+
+
+def run_command(
+    ctx: typer.Context,
+    model: Path = typer.Argument(..., help="The ONNX model to rewrite (never modified)."),
+    output: Path = typer.Option(
+        None, "-o", "--output", help="Where to write the result [default: <stem>.graphfix.onnx]."
+    ),
+    passes: str = typer.Option(
+        DEFAULT_PIPELINE, "--passes", "-p",
+        help="Pipeline text: pass names separated by commas, options in braces, e.g. "
+        "'cleanup,fold-bn,fix-shapes{input=1x3x224x224}'. See `graphfix passes`.",
+    ),
+    check: bool = typer.Option(
+        True, "--check/--no-check",
+        help="Compare outputs with the original after every pass (onnxruntime, CPU, "
+        "graph optimizations off) and roll back passes that change them.",
+    ),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 when any pass was rolled back."),
+    input_shape: list[str] = typer.Option(
+        None, "--input-shape",
+        help="Shape for a dynamic input, NAME:1x3x224x224 (repeatable). Dynamic axis 0 "
+        "defaults to 1; other dynamic dims must be given.",
+    ),
+    data: Path = typer.Option(
+        None, "--data", help="An .npz with one array per input name, used instead of random data."
+    ),
+    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Seed of the random check inputs."),
+    providers: str = typer.Option(
+        "cpu", "--providers", help="onnxruntime execution providers for the check, e.g. cuda,cpu."
+    ),
+    report: Path = typer.Option(None, "--report", help="Write the run's report as JSON here."),
+    dump_after: str = typer.Option(
+        None, "--dump-after",
+        help="Write the model after this pass (a pass name, or 'all') next to the output.",
+    ),
+    in_place: bool = typer.Option(
+        False, "--in-place", help="Allow the output to overwrite the input file."
+    ),
+    external_data: bool = typer.Option(
+        None, "--external-data/--no-external-data",
+        help="Store weights in <output>.data [default: only when over 2 GB].",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON, not a table."),
+) -> None:
+    """Rewrite MODEL with a pipeline of passes, verifying the numbers after each pass."""
+    with user_errors(ctx):
+        out = output or default_output(model)
+        pipeline = parse_pipeline(passes)
+        if dump_after and dump_after != "all":
+            if dump_after not in {s.name for s in pipeline.specs} | {str(s) for s in
+                                                                     pipeline.specs}:
+                raise GraphfixError(
+                    f"--dump-after names '{dump_after}', which is not in the pipeline",
+                    f"the pipeline is {pipeline}",
+                    "name one of its passes, or use --dump-after all",
+                )
+        io.check_output_path(out, input_path=model, in_place=in_place)
+        source = io.load(model)
+        shapes = dict(parse_input_shape(s) for s in input_shape or [])
+        on_done = _dumper(out, dump_after, model) if dump_after else None
+        status = console.status("loading", spinner="dots") if not as_json else None
+        if status:
+            status.start()
+        try:
+            result = api.run(
+                source, pipeline, check=check, input_shapes=shapes, data=data, seed=seed,
+                providers=providers.split(","),
+                on_pass_start=(lambda i, s: status.update(f"pass {i + 1}: {s}"))
+                if status else None,
+                on_pass_done=on_done,
+            )
+        finally:
+            if status:
+                status.stop()
+        io.save(result.model, out, external_data=external_data, input_path=model,
+                in_place=in_place)
+        rep = result.report
+        if report or as_json:
+            _fill_files(rep, model, out)
+        if report:
+            io.write_text_atomic(report, json.dumps(rep.to_json(), indent=2) + "\n")
+        if as_json:
+            print(json.dumps(rep.to_json(), indent=2))
+        else:
+            print_report(rep, show_traceback=bool(ctx.obj and ctx.obj.debug))
+            console.print(
+                f"wrote {out} ({rep.nodes_before} → {rep.nodes_after} nodes, "
+                f"{rep.seconds:.2f} s)", markup=False
+            )
+        if strict and rep.rolled_back:
+            names = ", ".join(r.spec for r in rep.rolled_back)
+            console.print(f"--strict: {names} rolled back", style="red")
+            raise typer.Exit(EXIT_FAILED)
+
+
+def _fill_files(rep: Report, model: Path, out: Path) -> None:
+    rep.input = {"path": str(model), "sha256": io.sha256_file(model)}
+    rep.output = {"path": str(out), "sha256": io.sha256_file(out)}
+
+
+def _dumper(out: Path, which: str, input_path: Path):
+    def dump(record: PassRecord, model: onnx.ModelProto) -> None:
+        if which != "all" and which not in (record.spec, record.spec.split("{")[0]):
+            return
+        name = record.spec.split("{")[0]
+        path = out.with_name(f"{out.stem}.after-{record.index + 1:02d}-{name}.onnx")
+        io.save(model, path, input_path=input_path)
+
+    return dump

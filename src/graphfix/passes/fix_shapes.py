@@ -1,0 +1,132 @@
+"""`fix-shapes`: make dynamic graph-input dims static and re-infer every shape.
+
+`x: [batch, 3, H, W] -> x: [1, 3, 224, 224]`, then every intermediate and output
+shape is cleared and re-inferred with ONNX shape inference, so stale symbolic
+shapes do not linger. Options name model inputs: `fix-shapes{input=1x3x224x224}`;
+inputs not named take the run's resolved shapes (`--input-shape`, or 1 for a
+dynamic axis 0). Follow it with `fold-constants` to fold the `Shape` subgraphs
+that became static.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+import onnx_graphsurgeon as gs
+
+from graphfix.check.inputs import parse_input_shape
+from graphfix.errors import GraphfixError
+from graphfix.graph import all_graphs
+from graphfix.passes.base import Note, Pass, PassContext, PassResult
+
+
+@dataclass(frozen=True)
+class FixShapesOptions:
+    """INPUT=DIMS per model input, e.g. `input=1x3x224x224`."""
+
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+
+class FixShapes(Pass):
+    """Sets static input shapes and re-runs shape inference."""
+
+    name = "fix-shapes"
+    summary = "Make dynamic input dims static (INPUT=DIMS, default batch=1) and re-infer shapes."
+    Options = FixShapesOptions
+    option_syntax = "INPUT=DIMS (one per input, e.g. input=1x3x224x224)"
+
+    @classmethod
+    def parse_options(cls, pairs: list[tuple[str, str]]) -> Any:
+        return FixShapesOptions(tuple(parse_input_shape(f"{k}:{v}") for k, v in pairs))
+
+    def implied_input_shapes(self) -> dict[str, tuple[int, ...]]:
+        return dict(self.options.shapes)
+
+    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        wanted = dict(ctx.input_shapes)
+        names = {t.name for t in graph.inputs}
+        for name, shape in self.options.shapes:
+            if name not in names:
+                raise GraphfixError(
+                    f"fix-shapes names '{name}', which is not an input of the model",
+                    f"its inputs are: {', '.join(sorted(names))}",
+                    "use one of those names: fix-shapes{INPUT=1x3x224x224}",
+                )
+            wanted[name] = shape
+        result = PassResult(changed=False)
+        for t in graph.inputs:
+            old = list(t.shape) if t.shape is not None else None
+            if old is not None and all(isinstance(d, int) and d > 0 for d in old):
+                if t.name in dict(self.options.shapes) and tuple(old) != wanted[t.name]:
+                    raise GraphfixError(
+                        f"fix-shapes asks {t.name} to be {wanted[t.name]}, "
+                        f"but the model fixes it to {tuple(old)}",
+                        "only dynamic dims can be set",
+                        "drop that input from the fix-shapes options",
+                    )
+                continue
+            if t.name not in wanted:
+                raise GraphfixError(
+                    f"fix-shapes cannot choose a shape for input '{t.name}' ({old})",
+                    "only a dynamic axis 0 defaults to 1",
+                    f"write fix-shapes{{{t.name}=DIMS}} or pass --input-shape {t.name}:DIMS",
+                )
+            _check_fits(t, wanted[t.name])
+            t.shape = list(wanted[t.name])
+            result.counts["fixed input shapes"] += 1
+        if not result.counts:
+            result.notes.append(Note("graph", "every input shape is already static"))
+            return result
+        _reinfer(graph)
+        result.changed = True
+        return result
+
+
+def _check_fits(t: gs.Tensor, shape: tuple[int, ...]) -> None:
+    if t.shape is None:
+        return
+    if len(t.shape) != len(shape) or any(
+        isinstance(d, int) and d > 0 and d != v for d, v in zip(t.shape, shape, strict=True)
+    ):
+        raise GraphfixError(
+            f"Shape {'x'.join(map(str, shape))} does not fit input '{t.name}' {list(t.shape)}",
+            "the rank and every static dim must match",
+            "fill in only the dynamic dims",
+        )
+
+
+def _reinfer(graph: gs.Graph) -> None:
+    """Clear every non-input shape, infer shapes on the exported model, copy them back."""
+    keep = {id(t) for g in all_graphs(graph) if g is not graph for t in g.inputs}
+    keep |= {id(t) for t in graph.inputs}
+    for g in all_graphs(graph):
+        for t in g.tensors().values():
+            if isinstance(t, gs.Variable) and id(t) not in keep:
+                t.shape = None
+    model = gs.export_onnx(graph, do_type_check=False)
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    shapes = {}
+    for g in _graph_protos(inferred.graph):
+        for vi in list(g.value_info) + list(g.output):
+            if vi.type.tensor_type.HasField("shape"):
+                shapes[vi.name] = [
+                    d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                    for d in vi.type.tensor_type.shape.dim
+                ]
+    for g in all_graphs(graph):
+        for t in g.tensors().values():
+            if isinstance(t, gs.Variable) and id(t) not in keep and t.name in shapes:
+                t.shape = shapes[t.name]
+
+
+def _graph_protos(g: onnx.GraphProto):
+    yield g
+    for node in g.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _graph_protos(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from _graph_protos(sub)

@@ -1,0 +1,366 @@
+"""fold-bn: fold inference BatchNormalization into the linear op before it.
+
+With s = gamma / sqrt(var + eps) and t = beta - mean * s, an inference
+BatchNormalization is y = x * s + t along axis 1, so it folds into the
+output channels of the op that produced x::
+
+    BN(Conv(x, W, b))          -> Conv(x, W * s[:, None, ...], b * s + t)
+    BN(ConvTranspose(x, W, b)) -> ConvTranspose(x, W * s (per group, per output channel), b * s + t)
+    BN(Gemm(A, B, C))          -> Gemm(A, B * s (on the N axis), beta * C * s + t), beta = 1
+    BN(MatMul(A, W))           -> Gemm(A, W * s[None, :], t)            (A of rank 2)
+
+MatMul becomes a Gemm rather than MatMul + Add: BatchNormalization normalizes
+axis 1, which is the MatMul's column axis only when the output has rank 2, and
+then A has rank 2 too, so a Gemm is always valid and is one node (TensorRT maps
+it to a single fully connected layer). When the rank is not known from shape
+information, or is not 2, the BatchNormalization is left alone with a note.
+
+New weights are computed in float64 and cast back to the weight's dtype. Every
+folded node gets new `gs.Constant` objects; no existing array is written to, so
+a weight shared with another node is never changed under it. The linear op takes
+the BatchNormalization's output tensor, so output names and dtypes are kept; the
+disconnected BatchNormalization is left for `cleanup`.
+
+Nodes are visited in graph order, so a chain Conv -> BN -> BN folds completely
+when the graph is topologically sorted (the pass manager keeps it so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import (
+    all_graphs,
+    constant_value,
+    is_graph_output,
+    node_label,
+    opset_of,
+    take_output,
+)
+from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
+
+_LINEAR_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+_BN_INPUTS = ("scale", "B", "mean", "var")
+
+
+@dataclass(frozen=True)
+class _Affine:
+    """The BatchNormalization as y = x * scale + shift, one value per channel (float64)."""
+
+    scale: np.ndarray
+    shift: np.ndarray
+
+
+@dataclass
+class _Plan:
+    """What to write into the linear node: new weight, new bias, attribute changes."""
+
+    weight: np.ndarray
+    bias: np.ndarray
+    bias_index: int
+    attrs: dict[str, Any] = field(default_factory=dict)
+    op: str | None = None
+
+
+class FoldBatchNorm(Pass):
+    """Fold inference BatchNormalization into a preceding Conv, ConvTranspose, Gemm or MatMul.
+
+    Handles: Conv of any rank (1-D, 2-D, 3-D), group count and dilation (depthwise
+    included); ConvTranspose with groups (weights [Cin, Cout/g, k...]); Gemm with
+    transB, alpha, beta and a C that is absent, scalar, [N], [1, N], [M, 1] or
+    [M, N]; MatMul with a constant [K, N] weight and a rank-2 output (becomes
+    Gemm). BatchNormalization opsets 6 to 15+: training mode (is_test=0,
+    training_mode=1, or extra outputs) is skipped, spatial=0 folds only when its
+    statistics are per channel. Recurses into If/Loop/Scan bodies.
+
+    Skips, with a note, when the linear op's output has another reader or is a
+    graph output, when weights, bias or statistics are not constants (Identity of
+    a constant counts as a constant), when channel counts disagree, and when
+    BatchNormalization does not follow one of the ops above.
+    """
+
+    name = "fold-bn"
+    summary = "Fold inference BatchNormalization into a preceding Conv, ConvTranspose, Gemm, MatMul"
+    Options = NoOptions
+
+    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        result = PassResult(changed=False)
+        opset = opset_of(graph)
+        names = {name for g in all_graphs(graph) for name in g.tensors()}
+        found = 0
+        for g in all_graphs(graph):
+            node_ids = {id(n) for n in g.nodes}
+            for bn in [n for n in g.nodes if n.op == "BatchNormalization" and not n.domain]:
+                if not bn.outputs:  # already folded and disconnected
+                    continue
+                found += 1
+                checked = _check(g, bn, opset, node_ids)
+                if isinstance(checked, str):
+                    result.notes.append(Note(subject=node_label(bn), reason=checked))
+                    continue
+                producer, plan = checked
+                result.counts[f"folded BatchNormalization into {producer.op}"] += 1
+                _rewrite(bn, producer, plan, names)
+                result.changed = True
+        if not found:
+            result.notes.append(
+                Note(subject=graph.name or "graph", reason="no BatchNormalization in the graph")
+            )
+        return result
+
+
+# ----------------------------------------------------------------------------- check
+
+
+def _check(
+    g: gs.Graph, bn: gs.Node, opset: int, node_ids: set[int]
+) -> tuple[gs.Node, _Plan] | str:
+    """The linear producer and the plan to fold `bn` into it, or why it cannot be folded."""
+    reason = _check_mode(bn, opset)
+    if reason:
+        return reason
+    producer = _producer(g, bn, node_ids)
+    if isinstance(producer, str):
+        return producer
+    affine = _affine(bn, opset)
+    if isinstance(affine, str):
+        return affine
+    plan = _FOLDERS[producer.op](producer, bn, affine)
+    if isinstance(plan, str):
+        return plan
+    return producer, plan
+
+
+def _check_mode(bn: gs.Node, opset: int) -> str | None:
+    if opset >= 14 and int(bn.attrs.get("training_mode", 0)) == 1:
+        return "it is in training mode (training_mode=1), so it normalizes with batch statistics"
+    if opset < 7 and int(bn.attrs.get("is_test", 0)) == 0:
+        return "it is in training mode (is_test=0), so it normalizes with batch statistics"
+    if any(not o.is_empty() for o in bn.outputs[1:]):
+        return "it has running mean/variance outputs, which only training mode computes"
+    if len(bn.inputs) != 5:
+        return f"it has {len(bn.inputs)} inputs instead of X, scale, B, mean and var"
+    return None
+
+
+def _producer(g: gs.Graph, bn: gs.Node, node_ids: set[int]) -> gs.Node | str:
+    x = bn.inputs[0]
+    if isinstance(x, gs.Constant) or not x.inputs:
+        where = "is a constant" if isinstance(x, gs.Constant) else "is a graph input"
+        return f"it does not follow a Conv, ConvTranspose, Gemm or MatMul (its input {where})"
+    producer = x.inputs[0]
+    if id(producer) not in node_ids:
+        return (
+            "it does not follow a Conv, ConvTranspose, Gemm or MatMul "
+            "(its input comes from an enclosing graph)"
+        )
+    if producer.op not in _LINEAR_OPS or producer.domain:
+        return (
+            "it does not follow a Conv, ConvTranspose, Gemm or MatMul "
+            f"(its input comes from {node_label(producer)})"
+        )
+    if is_graph_output(g, x):
+        return f"the {producer.op} output is itself a graph output, so it must keep its values"
+    if len(x.outputs) > 1:
+        return f"the {producer.op} output is also read by another node, which needs it unnormalized"
+    return producer
+
+
+def _affine(bn: gs.Node, opset: int) -> _Affine | str:
+    values = {}
+    for name, tensor in zip(_BN_INPUTS, bn.inputs[1:], strict=True):
+        value = constant_value(tensor)
+        if value is None:
+            return f"its {name} input is not a constant"
+        values[name] = np.asarray(value, dtype=np.float64)
+    channels = values["scale"].shape[:1]
+    spatial = int(bn.attrs.get("spatial", 1)) if opset < 9 else 1
+    for name, value in values.items():
+        if value.ndim < 1 or value.shape[:1] != channels:
+            return "its scale, B, mean and var do not have the same number of channels"
+        if value.size != value.shape[0]:
+            if spatial == 0:
+                return "it has spatial=0 with statistics that vary over positions, not per channel"
+            return f"its {name} input is not one value per channel"
+    flat = {name: value.reshape(-1) for name, value in values.items()}
+    eps = float(bn.attrs.get("epsilon", 1e-5))
+    if np.any(flat["var"] + eps <= 0):
+        return "its var + epsilon is not positive everywhere"
+    scale = flat["scale"] / np.sqrt(flat["var"] + eps)
+    return _Affine(scale=scale, shift=flat["B"] - flat["mean"] * scale)
+
+
+def _weight(node: gs.Node, index: int, what: str) -> np.ndarray | str:
+    value = constant_value(node.inputs[index]) if len(node.inputs) > index else None
+    if value is None:
+        return f"the {node.op} {what} {_be(what)} not a constant"
+    if not np.issubdtype(value.dtype, np.floating):
+        return f"the {node.op} {what} {_be(what)} {value.dtype}, not floating point"
+    return value
+
+
+def _be(what: str) -> str:
+    return "are" if what.endswith("s") else "is"
+
+
+def _bias(node: gs.Node, index: int, what: str) -> tuple[np.ndarray | None, str | None]:
+    """The optional bias input: (value, None), (None, None) when absent, or (None, reason)."""
+    if len(node.inputs) <= index or node.inputs[index].is_empty():
+        return None, None
+    value = constant_value(node.inputs[index])
+    if value is None:
+        return None, f"the {node.op} {what} is not a constant"
+    return value, None
+
+
+def _channel_mismatch(node: gs.Node, affine: _Affine, channels: int) -> str | None:
+    if affine.scale.size == channels:
+        return None
+    return (
+        f"it normalizes {affine.scale.size} channels but the {node.op} "
+        f"has {channels} output channels"
+    )
+
+
+# ----------------------------------------------------------------------------- folders
+
+
+def _fold_conv(node: gs.Node, bn: gs.Node, affine: _Affine) -> _Plan | str:
+    """Conv weights are [Cout, Cin/g, k...]: output channels are axis 0 for every group count."""
+    w = _weight(node, 1, "weights")
+    if isinstance(w, str):
+        return w
+    b, reason = _bias(node, 2, "bias")
+    if reason or w.ndim < 3:
+        return reason or f"the Conv weights have rank {w.ndim}, not 3 or more"
+    reason = _channel_mismatch(node, affine, w.shape[0])
+    if reason:
+        return reason
+    s = affine.scale.reshape((-1,) + (1,) * (w.ndim - 1))
+    return _Plan(
+        weight=(w.astype(np.float64) * s).astype(w.dtype),
+        bias=_new_bias(b, affine, w.dtype),
+        bias_index=2,
+    )
+
+
+def _fold_conv_transpose(node: gs.Node, bn: gs.Node, affine: _Affine) -> _Plan | str:
+    """ConvTranspose weights are [Cin, Cout/g, k...]; output channel c = group * Cout/g + j."""
+    w = _weight(node, 1, "weights")
+    if isinstance(w, str):
+        return w
+    b, reason = _bias(node, 2, "bias")
+    if reason or w.ndim < 3:
+        return reason or f"the ConvTranspose weights have rank {w.ndim}, not 3 or more"
+    groups = int(node.attrs.get("group", 1))
+    if groups < 1 or w.shape[0] % groups:
+        return f"the ConvTranspose has {w.shape[0]} input channels, not divisible by group={groups}"
+    per_group = w.shape[1]
+    reason = _channel_mismatch(node, affine, groups * per_group)
+    if reason:
+        return reason
+    kernel = w.shape[2:]
+    grouped = w.astype(np.float64).reshape((groups, w.shape[0] // groups, per_group) + kernel)
+    s = affine.scale.reshape((groups, 1, per_group) + (1,) * len(kernel))
+    return _Plan(
+        weight=(grouped * s).reshape(w.shape).astype(w.dtype),
+        bias=_new_bias(b, affine, w.dtype),
+        bias_index=2,
+    )
+
+
+def _fold_gemm(node: gs.Node, bn: gs.Node, affine: _Affine) -> _Plan | str:
+    """Y = alpha * A' B' + beta * C; scale B' columns, fold beta * C into a new C, beta = 1."""
+    w = _weight(node, 1, "B input")
+    if isinstance(w, str):
+        return w
+    c, reason = _bias(node, 2, "C input")
+    if reason or w.ndim != 2:
+        return reason or f"the Gemm B input has rank {w.ndim}, not 2"
+    trans_b = int(node.attrs.get("transB", 0))
+    reason = _channel_mismatch(node, affine, w.shape[0] if trans_b else w.shape[1])
+    if reason:
+        return reason
+    s = affine.scale[:, None] if trans_b else affine.scale[None, :]
+    beta = float(node.attrs.get("beta", 1.0))
+    bias = affine.shift if c is None else beta * c.astype(np.float64) * affine.scale + affine.shift
+    return _Plan(
+        weight=(w.astype(np.float64) * s).astype(w.dtype),
+        bias=bias.astype(w.dtype),
+        bias_index=2,
+        attrs={"beta": 1.0},
+    )
+
+
+def _fold_matmul(node: gs.Node, bn: gs.Node, affine: _Affine) -> _Plan | str:
+    """MatMul(A, W) with rank-2 output becomes Gemm(A, W * s, shift)."""
+    w = _weight(node, 1, "weights")
+    if isinstance(w, str):
+        return w
+    if w.ndim != 2:
+        return f"the MatMul weights have rank {w.ndim}, not 2"
+    rank = next(
+        (len(t.shape) for t in (node.inputs[0], node.outputs[0], bn.outputs[0]) if t.shape),
+        None,
+    )
+    if rank is None:
+        return "the MatMul output rank is unknown, so its columns may not be the channel axis"
+    if rank != 2:
+        return f"the MatMul output has rank {rank}, so its columns are not the channel axis"
+    reason = _channel_mismatch(node, affine, w.shape[1])
+    if reason:
+        return reason
+    return _Plan(
+        weight=(w.astype(np.float64) * affine.scale[None, :]).astype(w.dtype),
+        bias=affine.shift.astype(w.dtype),
+        bias_index=2,
+        op="Gemm",
+    )
+
+
+def _new_bias(bias: np.ndarray | None, affine: _Affine, dtype: np.dtype) -> np.ndarray:
+    if bias is None:
+        return affine.shift.astype(dtype)
+    return (bias.astype(np.float64).reshape(-1) * affine.scale + affine.shift).astype(dtype)
+
+
+_FOLDERS: dict[str, Callable[[gs.Node, gs.Node, _Affine], _Plan | str]] = {
+    "Conv": _fold_conv,
+    "ConvTranspose": _fold_conv_transpose,
+    "Gemm": _fold_gemm,
+    "MatMul": _fold_matmul,
+}
+
+
+# ----------------------------------------------------------------------------- rewrite
+
+
+def _rewrite(bn: gs.Node, producer: gs.Node, plan: _Plan, names: set[str]) -> None:
+    """New constants into `producer`; it takes the BN's output tensor; the BN is disconnected."""
+    base = bn.outputs[0].name
+    producer.inputs[1] = gs.Constant(_fresh(f"{base}_folded_weight", names), plan.weight)
+    bias = gs.Constant(_fresh(f"{base}_folded_bias", names), plan.bias)
+    if len(producer.inputs) > plan.bias_index:
+        producer.inputs[plan.bias_index] = bias
+    else:
+        producer.inputs.append(bias)
+    if plan.op:
+        producer.op = plan.op
+    producer.attrs.update(plan.attrs)
+    x, y = bn.inputs[0], bn.outputs[0]
+    bn.inputs.clear()
+    bn.outputs.clear()
+    take_output(producer, x, y)
+
+
+def _fresh(base: str, names: set[str]) -> str:
+    name, i = base, 1
+    while name in names:
+        name, i = f"{base}_{i}", i + 1
+    names.add(name)
+    return name

@@ -1,0 +1,189 @@
+"""The pass manager: runs a pipeline, verifies after every pass, rolls back what breaks.
+
+For every pass, in order:
+1. run it on the graph (an `onnx_graphsurgeon.Graph`, imported once);
+2. if its structural fingerprint changed: cleanup + toposort, export, then verify —
+   `onnx.checker`, ONNX shape inference (strict when the input model passes strict
+   inference), and the output check (`check.outputs`) when enabled;
+3. a pass that raises, or fails any verification, is rolled back: the graph is
+   re-imported from the last verified model, and the run goes on. The record says
+   why, and which passes ran before it.
+A pass whose fingerprint did not change needs no verification: the graph is the
+one already verified. A `GraphfixError` from a pass is the user's problem (a bad
+option) and stops the run.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import onnx
+
+from graphfix.check.outputs import OutputCheck
+from graphfix.errors import GraphfixError
+from graphfix.graph import count_nodes, fingerprint, to_graph, to_model
+from graphfix.passes.base import Pass, PassContext
+from graphfix.passes.pipeline import Pipeline
+from graphfix.report import APPLIED, ROLLED_BACK, UNCHANGED, CheckInfo, PassRecord, Report
+
+PassCallback = Callable[[PassRecord, onnx.ModelProto], None]
+
+
+@dataclass
+class Verifier:
+    """Structural checks after each pass, at the strictness the input model supports."""
+
+    checker: bool
+    strict_inference: bool
+    notes: list[str]
+
+    @classmethod
+    def for_input(cls, model: onnx.ModelProto) -> Verifier:
+        notes = []
+        checker = _checker_error(model) is None
+        if not checker:
+            notes.append(
+                f"the input model fails onnx.checker ({_checker_error(model)}); "
+                "passes are not held to it"
+            )
+        strict = _inference_error(model, strict=True) is None
+        if not strict:
+            notes.append("the input model fails strict shape inference; passes get the lenient one")
+        return cls(checker, strict, notes)
+
+    def problem(self, model: onnx.ModelProto) -> str | None:
+        if self.checker:
+            err = _checker_error(model)
+            if err:
+                return f"onnx.checker rejects the result: {err}"
+        err = _inference_error(model, strict=self.strict_inference)
+        return f"shape inference fails on the result: {err}" if err else None
+
+
+def _checker_error(model: onnx.ModelProto) -> str | None:
+    try:
+        onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, ValueError) as err:
+        return str(err).strip().splitlines()[0][:300]
+    return None
+
+
+def _inference_error(model: onnx.ModelProto, strict: bool) -> str | None:
+    try:
+        onnx.shape_inference.infer_shapes(model, strict_mode=strict)
+    except Exception as err:  # onnx raises InferenceError, TypeError, RuntimeError...
+        return str(err).strip().splitlines()[0][:300]
+    return None
+
+
+def run_pipeline(
+    model: onnx.ModelProto,
+    pipeline: Pipeline,
+    output_check: OutputCheck,
+    ctx: PassContext | None = None,
+    on_pass_start: Callable[[int, str], None] | None = None,
+    on_pass_done: PassCallback | None = None,
+) -> tuple[onnx.ModelProto, Report]:
+    """Run every pass of `pipeline` on `model`; returns the verified result and a report."""
+    passes = pipeline.build()
+    steps = [(str(spec), p) for spec, p in zip(pipeline.specs, passes, strict=True)]
+    return run_passes(model, steps, output_check, ctx, on_pass_start, on_pass_done)
+
+
+def run_passes(
+    model: onnx.ModelProto,
+    steps: Sequence[tuple[str, Pass]],
+    output_check: OutputCheck,
+    ctx: PassContext | None = None,
+    on_pass_start: Callable[[int, str], None] | None = None,
+    on_pass_done: PassCallback | None = None,
+) -> tuple[onnx.ModelProto, Report]:
+    """Run configured passes, each named by its pipeline text (see the module docstring)."""
+    start = time.perf_counter()
+    ctx = ctx or PassContext()
+    verifier = Verifier.for_input(model)
+    graph = to_graph(model)
+    last_good = model
+    records: list[PassRecord] = []
+    for index, (spec, pass_) in enumerate(steps):
+        if on_pass_start:
+            on_pass_start(index, spec)
+        ran_before = [s for s, _ in steps[:index]]
+        record, graph, last_good = _run_one(
+            index, spec, pass_, graph, last_good, ctx, verifier, output_check, ran_before
+        )
+        records.append(record)
+        if on_pass_done:
+            on_pass_done(record, last_good)
+    check = CheckInfo(
+        enabled=output_check.enabled,
+        skipped_reason=output_check.skipped_reason,
+        inputs=output_check.describe_inputs(),
+        data=output_check.data,
+        seed=output_check.seed,
+        providers=list(output_check.providers),
+        tolerances=output_check.tolerances(),
+    )
+    report = Report(
+        pipeline=",".join(spec for spec, _ in steps),
+        passes=records,
+        check=check,
+        verify_notes=verifier.notes,
+        renamed=dict(ctx.renamed),
+        seconds=time.perf_counter() - start,
+    )
+    return last_good, report
+
+
+def _run_one(index, spec, pass_: Pass, graph, last_good, ctx, verifier, output_check, ran_before):
+    nodes_before = count_nodes(graph)
+    t0 = time.perf_counter()
+    before = fingerprint(graph)
+    record = PassRecord(index, spec, UNCHANGED, 0.0, nodes_before, nodes_before)
+    try:
+        result = pass_.run(graph, ctx)
+        changed = fingerprint(graph) != before
+        record.counts = dict(result.counts)
+        record.notes = [str(n) for n in result.notes]
+        if not changed:
+            record.check = "not needed (graph unchanged)"
+            record.seconds = time.perf_counter() - t0
+            return record, graph, last_good
+        graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=True).toposort()
+        candidate = to_model(graph, last_good)
+    except GraphfixError:
+        raise
+    except Exception as err:
+        after = f" (after {', '.join(ran_before)})" if ran_before else " (the first pass)"
+        reason = f"{type(err).__name__}: {err}{after}"
+        record.traceback = traceback.format_exc()
+        return _rolled_back(record, reason, last_good, t0)
+    problem = verifier.problem(candidate)
+    if problem:
+        return _rolled_back(record, problem, last_good, t0)
+    if output_check.enabled:
+        outcome = output_check.verify(candidate)
+        record.max_abs_error = outcome.max_abs
+        record.check = outcome.describe()
+        if not outcome.ok:
+            return _rolled_back(record, record.check, last_good, t0)
+    else:
+        record.check = "skipped"
+    record.status = APPLIED
+    record.nodes_after = count_nodes(graph)
+    record.seconds = time.perf_counter() - t0
+    return record, graph, candidate
+
+
+def _rolled_back(record: PassRecord, reason: str, last_good: onnx.ModelProto, t0: float):
+    record.status = ROLLED_BACK
+    record.rollback_reason = reason
+    if not record.check:
+        record.check = "not run"
+    graph = to_graph(last_good)
+    record.nodes_after = count_nodes(graph)
+    record.seconds = time.perf_counter() - t0
+    return record, graph, last_good

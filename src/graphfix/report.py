@@ -1,0 +1,97 @@
+"""What a `graphfix run` did, per pass, as data (terminal table and JSON report)."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from typing import Any
+
+APPLIED = "applied"
+UNCHANGED = "unchanged"
+ROLLED_BACK = "rolled back"
+
+_TOOLS = ("graphfix", "onnx", "onnx-graphsurgeon", "onnxruntime", "polygraphy", "numpy")
+
+
+@dataclass
+class PassRecord:
+    """One pass in one run: what it did, how long it took, and whether it was kept."""
+
+    index: int
+    spec: str
+    status: str
+    seconds: float
+    nodes_before: int
+    nodes_after: int
+    counts: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    check: str = ""
+    max_abs_error: float | None = None
+    rollback_reason: str = ""
+    traceback: str = ""
+
+    def did(self) -> str:
+        if self.status == ROLLED_BACK:
+            return f"rolled back: {self.rollback_reason}"
+        if not self.counts:
+            return "nothing to do"
+        return "; ".join(f"{what} ({n})" for what, n in self.counts.items())
+
+
+@dataclass
+class CheckInfo:
+    """How outputs were checked: or why they were not."""
+
+    enabled: bool
+    skipped_reason: str = ""
+    inputs: dict[str, str] = field(default_factory=dict)
+    data: str = ""
+    seed: int | None = None
+    providers: list[str] = field(default_factory=list)
+    tolerances: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    pipeline: str
+    passes: list[PassRecord]
+    check: CheckInfo
+    verify_notes: list[str] = field(default_factory=list)
+    renamed: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    input: dict[str, Any] = field(default_factory=dict)
+    output: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rolled_back(self) -> list[PassRecord]:
+        return [p for p in self.passes if p.status == ROLLED_BACK]
+
+    @property
+    def nodes_before(self) -> int:
+        return self.passes[0].nodes_before if self.passes else 0
+
+    @property
+    def nodes_after(self) -> int:
+        return self.passes[-1].nodes_after if self.passes else 0
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["schema"] = "graphfix.run/1"
+        data["nodes_before"] = self.nodes_before
+        data["nodes_after"] = self.nodes_after
+        data["tools"] = tool_versions()
+        return data
+
+
+def tool_versions() -> dict[str, str]:
+    """Versions of graphfix and its dependencies (and tensorrt when importable)."""
+    versions = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for name in _TOOLS + ("tensorrt",):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            if name != "tensorrt":
+                versions[name] = "not installed"
+    return versions

@@ -1,0 +1,101 @@
+import numpy as np
+import pytest
+from gfhelpers import parse
+
+from graphfix.check.inputs import (
+    graph_inputs,
+    load_feeds,
+    parse_input_shape,
+    random_feeds,
+    resolve_shapes,
+)
+from graphfix.errors import GraphfixError
+
+MODEL = '<ir_version: 8, opset_import: ["" : 17]>' + """
+g (float[batch,3,H,W] img, int64[batch,T] ids, bool[batch] flag) => (float[batch,3,H,W] y) {
+    y = Relu(img)
+}"""
+
+
+def test_parse_input_shape():
+    assert parse_input_shape("x:1x3x224x224") == ("x", (1, 3, 224, 224))
+    assert parse_input_shape("input.1:2x3") == ("input.1", (2, 3))
+    assert parse_input_shape("scalar:") == ("scalar", ())
+    assert parse_input_shape("tf/x:0:1x2") == ("tf/x:0", (1, 2))
+
+
+@pytest.mark.parametrize("spec", ["x", "x:1xN", ":1x2", "x:1,2"])
+def test_bad_input_shape_says_how_to_write_it(spec):
+    with pytest.raises(GraphfixError, match="--input-shape input:1x3x224x224"):
+        parse_input_shape(spec)
+
+
+def test_axis_zero_defaults_to_one_other_dims_must_be_given():
+    inputs = graph_inputs(parse(MODEL))
+    with pytest.raises(GraphfixError) as info:
+        resolve_shapes(inputs)
+    msg = str(info.value)
+    assert "Input 'img' dim 2 ('H')" in msg and "--input-shape img:1x3xNxN" in msg
+
+
+def test_given_shape_binds_symbolic_dims_of_other_inputs():
+    inputs = graph_inputs(parse(MODEL))
+    shapes = resolve_shapes(inputs, {"img": (4, 3, 8, 8), "ids": (4, 7)})
+    assert shapes == {"img": (4, 3, 8, 8), "ids": (4, 7), "flag": (4,)}
+
+
+def test_lenient_resolution_leaves_out_what_it_cannot_resolve():
+    inputs = graph_inputs(parse(MODEL))
+    assert resolve_shapes(inputs, lenient=True) == {"flag": (1,)}
+
+
+def test_given_shape_must_fit_static_dims():
+    inputs = graph_inputs(parse(MODEL))
+    with pytest.raises(GraphfixError, match="does not fit"):
+        resolve_shapes(inputs, {"img": (1, 4, 8, 8), "ids": (1, 2)})
+
+
+def test_unknown_input_name():
+    inputs = graph_inputs(parse(MODEL))
+    with pytest.raises(GraphfixError, match="not an input of the model"):
+        resolve_shapes(inputs, {"image": (1, 3, 8, 8)})
+
+
+def test_random_feeds_are_seeded_and_typed():
+    inputs = graph_inputs(parse(MODEL))
+    shapes = resolve_shapes(inputs, {"img": (2, 3, 4, 4), "ids": (2, 5)})
+    a, b = random_feeds(inputs, shapes, 0), random_feeds(inputs, shapes, 0)
+    c = random_feeds(inputs, shapes, 1)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    assert not np.array_equal(a["img"], c["img"])
+    assert a["img"].dtype == np.float32 and a["ids"].dtype == np.int64
+    assert a["flag"].dtype == bool and a["ids"].min() >= 0 and a["ids"].max() < 8
+
+
+def test_initializers_listed_as_inputs_are_not_inputs():
+    model = parse('<ir_version: 3, opset_import: ["" : 9]>' + """
+    g (float[2] x, float[2] w) => (float[2] y) <float[2] w = {1.0, 2.0}> { y = Add(x, w) }""")
+    assert [i.name for i in graph_inputs(model)] == ["x"]
+
+
+def test_load_feeds_checks_names_dtypes_and_shapes(tmp_path):
+    inputs = graph_inputs(parse(MODEL))
+    good = {"img": np.zeros((1, 3, 2, 2), np.float32), "ids": np.zeros((1, 4), np.int64),
+            "flag": np.zeros(1, bool)}
+    np.savez(tmp_path / "good.npz", **good)
+    assert set(load_feeds(tmp_path / "good.npz", inputs)) == set(good)
+    np.savez(tmp_path / "missing.npz", img=good["img"])
+    with pytest.raises(GraphfixError, match="no array for input 'ids'"):
+        load_feeds(tmp_path / "missing.npz", inputs)
+    np.savez(tmp_path / "dtype.npz", **{**good, "img": good["img"].astype(np.float64)})
+    with pytest.raises(GraphfixError, match="float64, the model wants float32"):
+        load_feeds(tmp_path / "dtype.npz", inputs)
+    np.savez(tmp_path / "shape.npz", **{**good, "img": np.zeros((1, 4, 2, 2), np.float32)})
+    with pytest.raises(GraphfixError, match="does not fit"):
+        load_feeds(tmp_path / "shape.npz", inputs)
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(GraphfixError, match="Cannot read"):
+        load_feeds(tmp_path / "junk.npz", inputs)
+    with pytest.raises(GraphfixError, match="does not exist"):
+        load_feeds(tmp_path / "nope.npz", inputs)

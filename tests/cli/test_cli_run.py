@@ -1,0 +1,141 @@
+"""`graphfix run` from the command line."""
+
+import json
+
+import numpy as np
+import onnx
+from gfhelpers import assert_same_outputs, feeds_for
+from typer.testing import CliRunner
+
+from graphfix import samples
+from graphfix.cli.app import app
+
+runner = CliRunner()
+
+
+def write_sample(tmp_path):
+    path = tmp_path / "model.onnx"
+    onnx.save(samples.conv_bn_relu_residual(), path)
+    return path
+
+
+def test_run_default_pipeline_writes_output_beside_input(tmp_path):
+    src = write_sample(tmp_path)
+    before = src.read_bytes()
+    result = runner.invoke(app, ["run", str(src)])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "model.graphfix.onnx"
+    model = onnx.load(out)
+    assert {n.op_type for n in model.graph.node} == {
+        "Conv", "Relu", "Add", "GlobalAveragePool", "Reshape", "Gemm"}
+    assert "fold-bn" in result.stdout and "passed" in result.stdout
+    assert src.read_bytes() == before
+    original = samples.conv_bn_relu_residual()
+    assert_same_outputs(original, model, feeds_for(original, input=(2, 3, 32, 32)), rtol=1e-4)
+
+
+def test_report_json_has_hashes_pipeline_and_passes(tmp_path):
+    src = write_sample(tmp_path)
+    rep = tmp_path / "report.json"
+    out = tmp_path / "o.onnx"
+    result = runner.invoke(app, ["run", str(src), "-o", str(out), "--passes", "cleanup,fold-bn",
+                                 "--report", str(rep)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(rep.read_text())
+    assert data["pipeline"] == "cleanup,fold-bn"
+    assert [p["status"] for p in data["passes"]] == ["applied", "applied"]
+    assert data["passes"][1]["counts"] == {"folded BatchNormalization into Conv": 3}
+    assert len(data["input"]["sha256"]) == 64 and len(data["output"]["sha256"]) == 64
+    assert data["input"]["sha256"] != data["output"]["sha256"]
+    assert data["check"]["inputs"] == {"input": "float32[1x3x32x32]"}
+
+
+def test_json_flag_prints_the_report(tmp_path):
+    src = write_sample(tmp_path)
+    result = runner.invoke(app, ["run", str(src), "--json", "--passes", "cleanup"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["pipeline"] == "cleanup"
+
+
+def test_dump_after_writes_the_model_after_that_pass(tmp_path):
+    src = write_sample(tmp_path)
+    out = tmp_path / "o.onnx"
+    result = runner.invoke(app, ["run", str(src), "-o", str(out), "--dump-after", "fold-bn"])
+    assert result.exit_code == 0, result.output
+    dumped = tmp_path / "o.after-03-fold-bn.onnx"
+    ops = [n.op_type for n in onnx.load(dumped).graph.node]
+    assert "BatchNormalization" not in ops
+    assert not (tmp_path / "o.after-01-cleanup.onnx").exists()
+    result = runner.invoke(app, ["run", str(src), "-o", str(out), "--dump-after", "all"])
+    assert len(list(tmp_path.glob("o.after-*.onnx"))) == 4
+
+
+def test_dump_after_a_pass_not_in_the_pipeline_is_a_user_error(tmp_path):
+    src = write_sample(tmp_path)
+    result = runner.invoke(app, ["run", str(src), "--dump-after", "fix-shapes"])
+    assert result.exit_code == 2
+    assert "not in the pipeline" in result.stderr
+
+
+def test_strict_exits_1_when_a_pass_is_rolled_back(tmp_path, monkeypatch):
+    from graphfix.passes import fold_bn
+
+    def broken(self, graph, ctx):
+        raise RuntimeError("deliberately broken")
+
+    monkeypatch.setattr(fold_bn.FoldBatchNorm, "run", broken)
+    src = write_sample(tmp_path)
+    result = runner.invoke(app, ["run", str(src), "--passes", "cleanup,fold-bn"])
+    assert result.exit_code == 0, result.output
+    assert "rolled back" in result.stdout and "deliberately broken" in result.stdout
+    result = runner.invoke(app, ["run", str(src), "--passes", "cleanup,fold-bn", "--strict"])
+    assert result.exit_code == 1
+    model = onnx.load(tmp_path / "model.graphfix.onnx")
+    assert "BatchNormalization" in [n.op_type for n in model.graph.node]
+
+
+def test_no_check_skips_the_check(tmp_path):
+    src = write_sample(tmp_path)
+    result = runner.invoke(app, ["run", str(src), "--no-check", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert not data["check"]["enabled"]
+    assert {p["check"] for p in data["passes"]} <= {"skipped", "not needed (graph unchanged)"}
+
+
+def test_input_shape_and_data_options(tmp_path):
+    src = write_sample(tmp_path)
+    result = runner.invoke(app, ["run", str(src), "--json", "--input-shape", "input:3x3x32x32"])
+    assert json.loads(result.stdout)["check"]["inputs"] == {"input": "float32[3x3x32x32]"}
+    np.savez(tmp_path / "d.npz", input=np.ones((2, 3, 32, 32), np.float32))
+    result = runner.invoke(app, ["run", str(src), "--json", "--data", str(tmp_path / "d.npz")])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["check"]["inputs"] == {"input": "float32[2x3x32x32]"}
+    assert data["check"]["data"].endswith("d.npz") and data["check"]["seed"] is None
+
+
+def test_dynamic_dim_that_cannot_be_resolved_says_how_to_pass_it(tmp_path):
+    model = onnx.parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
+    g (float[N,3,H,W] x) => (float[N,3,H,W] y) { y = Relu(x) }""")
+    src = tmp_path / "dyn.onnx"
+    onnx.save(model, src)
+    result = runner.invoke(app, ["run", str(src)])
+    assert result.exit_code == 2
+    assert "Input 'x' dim 2 ('H')" in result.stderr and "--input-shape x:" in result.stderr
+    result = runner.invoke(app, ["run", str(src), "--input-shape", "x:1x3x8x8"])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["run", str(src), "--no-check"])
+    assert result.exit_code == 0, result.output
+
+
+def test_fix_shapes_in_the_pipeline(tmp_path):
+    src = write_sample(tmp_path)
+    out = tmp_path / "fixed.onnx"
+    result = runner.invoke(app, ["run", str(src), "-o", str(out),
+                                 "--passes", "fix-shapes{input=4x3x32x32},fold-constants"])
+    assert result.exit_code == 0, result.output
+    model = onnx.load(out)
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [4, 3, 32, 32]
+    assert [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim] == [4, 10]

@@ -1,0 +1,393 @@
+"""fold-bn: exact ops after, onnxruntime numerics, checker, idempotence, every skip reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphfix.check.runtime import run_model
+from graphfix.graph import fingerprint
+from graphfix.passes.base import PassContext, PassResult
+from graphfix.passes.fold_bn import FoldBatchNorm
+
+MODELS = Path("/work/shared/models")
+FLOAT = TensorProto.FLOAT
+BN_PARAMS = ("scale", "B", "mean", "var")
+
+
+# ----------------------------------------------------------------------------- builders
+
+
+def _init(name: str, array: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(array, name)
+
+
+def _bn_inits(rng: np.random.Generator, channels: int, dtype=np.float32, prefix: str = "bn"):
+    values = {
+        "scale": rng.uniform(0.5, 1.5, channels),
+        "B": rng.uniform(-0.5, 0.5, channels),
+        "mean": rng.uniform(-0.5, 0.5, channels),
+        "var": rng.uniform(0.5, 1.5, channels),
+    }
+    return [_init(f"{prefix}_{k}", v.astype(dtype)) for k, v in values.items()]
+
+
+def _bn(x: str, y: str, prefix: str = "bn", **attrs) -> onnx.NodeProto:
+    inputs = [x] + [f"{prefix}_{p}" for p in BN_PARAMS]
+    return helper.make_node("BatchNormalization", inputs, [y], name=prefix, **attrs)
+
+
+def _value(name: str, shape, elem=FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _model(nodes, inputs, outputs, inits, opset: int = 17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "test", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True)  # fills output shapes
+    del model.graph.value_info[:]
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _weights(rng: np.random.Generator, shape, dtype=np.float32) -> np.ndarray:
+    return (rng.standard_normal(shape) * 0.3).astype(dtype)
+
+
+def _feeds(model: onnx.ModelProto, **extra) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1)
+    feeds = {}
+    for inp in model.graph.input:
+        if inp.name in extra:
+            continue
+        dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+        dtype = helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type)
+        feeds[inp.name] = rng.standard_normal(dims).astype(dtype)
+    feeds.update(extra)
+    return feeds
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _fold(model: onnx.ModelProto) -> tuple[PassResult, onnx.ModelProto, gs.Graph]:
+    graph = gs.import_onnx(model)
+    result = FoldBatchNorm().run(graph, PassContext())
+    graph.cleanup().toposort()
+    return result, gs.export_onnx(graph), graph
+
+
+def _ops(graph: onnx.GraphProto) -> list[str]:
+    return [n.op_type for n in graph.node]
+
+
+def _out_types(model: onnx.ModelProto) -> dict[str, int]:
+    return {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
+
+
+def _assert_folds(model, ops, counts, feed_sets=None, rtol=1e-5, atol=1e-5) -> onnx.ModelProto:
+    """Fold, then check ops, counts, checker, numerics, output names/dtypes, idempotence."""
+    result, after, graph = _fold(model)
+    assert result.changed
+    assert dict(result.counts) == counts
+    assert result.notes == []
+    assert _ops(after.graph) == ops
+    onnx.checker.check_model(after, full_check=True)
+    assert _out_types(after) == _out_types(model)
+    for feeds in feed_sets or [_feeds(model)]:
+        before, got = run_model(model, feeds), run_model(after, feeds)
+        assert set(got) == set(before)
+        for name, ref in before.items():
+            assert got[name].dtype == ref.dtype
+            np.testing.assert_allclose(got[name], ref, rtol=rtol, atol=atol)
+    snapshot = fingerprint(graph)
+    again = FoldBatchNorm().run(graph, PassContext())
+    assert not again.changed
+    assert fingerprint(graph) == snapshot
+    assert [n.reason for n in again.notes] == ["no BatchNormalization in the graph"]
+    return after
+
+
+def _conv_model(op, x_shape, w_shape, cout, bias=True, opset=17, dtype=np.float32, **attrs):
+    rng = np.random.default_rng(0)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inits = [_init("W", _weights(rng, w_shape, dtype))]
+    conv_inputs = ["x", "W"]
+    if bias:
+        inits.append(_init("b", _weights(rng, [cout], dtype)))
+        conv_inputs.append("b")
+    inits += _bn_inits(rng, cout, dtype)
+    nodes = [
+        helper.make_node(op, conv_inputs, ["c"], name="conv", **attrs),
+        _bn("c", "n"),
+        helper.make_node("Relu", ["n"], ["y"], name="relu"),
+    ]
+    return _model(nodes, [_value("x", x_shape, elem)], [_value("y", None, elem)], inits, opset)
+
+
+# ----------------------------------------------------------------------------- folds
+
+
+CONV_CASES = {
+    "conv2d-bias": ("Conv", [1, 3, 8, 8], [4, 3, 3, 3], 4, True, {"pads": [1, 1, 1, 1]}),
+    "conv2d-no-bias": ("Conv", [1, 3, 8, 8], [4, 3, 3, 3], 4, False, {}),
+    "grouped-dilated": ("Conv", [1, 4, 9, 9], [6, 2, 3, 3], 6, True,
+                        {"group": 2, "dilations": [2, 2]}),
+    "depthwise": ("Conv", [1, 4, 8, 8], [4, 1, 3, 3], 4, False, {"group": 4}),
+    "conv1d": ("Conv", [2, 3, 16], [5, 3, 3], 5, True, {"strides": [2]}),
+    "conv3d": ("Conv", [1, 2, 5, 6, 7], [4, 2, 3, 3, 3], 4, True, {"pads": [1] * 6}),
+    "conv-transpose": ("ConvTranspose", [1, 3, 5, 5], [3, 4, 3, 3], 4, True, {"strides": [2, 2]}),
+    # Cin/g, Cout/g and g all differ, so a wrong [g, Cin/g, Cout/g] split cannot pass.
+    "conv-transpose-group2": ("ConvTranspose", [1, 6, 5, 5], [6, 5, 3, 3], 10, True,
+                              {"group": 2, "strides": [2, 2]}),
+    "conv-transpose-group3-no-bias": ("ConvTranspose", [1, 6, 5, 5], [6, 4, 2, 2], 12, False,
+                                      {"group": 3, "strides": [2, 1], "pads": [0, 1, 0, 1]}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+def test_folds_into_conv_family(case):
+    op, x_shape, w_shape, cout, bias, attrs = CONV_CASES[case]
+    model = _conv_model(op, x_shape, w_shape, cout, bias, **attrs)
+    _assert_folds(model, [op, "Relu"], {f"folded BatchNormalization into {op}": 1})
+
+
+def test_folds_opset11_without_spatial_attribute():
+    model = _conv_model("Conv", [1, 3, 8, 8], [4, 3, 3, 3], 4, opset=11)
+    assert all(a.name != "spatial" for n in model.graph.node for a in n.attribute)
+    _assert_folds(model, ["Conv", "Relu"], {"folded BatchNormalization into Conv": 1})
+
+
+def test_folds_fp16_and_keeps_fp16_weights():
+    # fp16 keeps 11 significant bits: the folded W*s and b*s+t are rounded to fp16
+    # once, where the reference rounds the Conv output and then the BN output. Outputs
+    # reach |y| ~ 6, where one fp16 ulp is 2**-8 ~ 3.9e-3; that is the measured max
+    # error, so 1e-2 allows about two ulps and still fails on a wrong fold.
+    model = _conv_model("Conv", [1, 3, 8, 8], [4, 3, 3, 3], 4, dtype=np.float16)
+    after = _assert_folds(
+        model, ["Conv", "Relu"], {"folded BatchNormalization into Conv": 1}, rtol=1e-2, atol=1e-2
+    )
+    assert {i.data_type for i in after.graph.initializer} == {TensorProto.FLOAT16}
+
+
+GEMM_C = {"none": None, "scalar": [], "row": [4], "row2d": [1, 4], "col": [5, 1], "full": [5, 4]}
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("c_kind", sorted(GEMM_C))
+def test_folds_into_gemm(trans_b, c_kind):
+    rng = np.random.default_rng(0)
+    inits = [_init("B", _weights(rng, [4, 6] if trans_b else [6, 4]))]
+    inputs = ["a", "B"]
+    if GEMM_C[c_kind] is not None:
+        inits.append(_init("C", _weights(rng, GEMM_C[c_kind])))
+        inputs.append("C")
+    inits += _bn_inits(rng, 4)
+    nodes = [
+        helper.make_node("Gemm", inputs, ["g"], name="gemm", transB=trans_b, alpha=0.7, beta=1.3),
+        _bn("g", "y"),
+    ]
+    model = _model(nodes, [_value("a", [5, 6])], [_value("y", [5, 4])], inits)
+    _assert_folds(model, ["Gemm"], {"folded BatchNormalization into Gemm": 1})
+
+
+def test_folds_matmul_into_gemm():
+    rng = np.random.default_rng(0)
+    inits = [_init("W", _weights(rng, [6, 4]))] + _bn_inits(rng, 4)
+    nodes = [helper.make_node("MatMul", ["a", "W"], ["m"], name="mm"), _bn("m", "n"),
+             helper.make_node("Relu", ["n"], ["y"], name="relu")]
+    model = _model(nodes, [_value("a", [5, 6])], [_value("y", [5, 4])], inits)
+    _assert_folds(model, ["Gemm", "Relu"], {"folded BatchNormalization into MatMul": 1})
+
+
+def _branch(rng, name: str, relu: bool) -> onnx.GraphProto:
+    inits = [_init(f"{name}_W", _weights(rng, [4, 3, 3, 3]))] + _bn_inits(rng, 4, prefix=name)
+    nodes = [helper.make_node("Conv", ["x", f"{name}_W"], [f"{name}_c"], name=f"{name}_conv"),
+             _bn(f"{name}_c", f"{name}_n", prefix=name)]
+    if relu:
+        nodes.append(helper.make_node("Relu", [f"{name}_n"], [f"{name}_y"], name=f"{name}_relu"))
+    out = f"{name}_y" if relu else f"{name}_n"
+    return helper.make_graph(nodes, name, [], [_value(out, [1, 4, 6, 6])], inits)
+
+
+def test_folds_inside_both_if_branches():
+    rng = np.random.default_rng(0)
+    node = helper.make_node("If", ["cond"], ["y"], name="if",
+                            then_branch=_branch(rng, "then", True),
+                            else_branch=_branch(rng, "else", False))
+    model = _model([node], [_value("x", [1, 3, 8, 8]), _value("cond", [], TensorProto.BOOL)],
+                   [_value("y", [1, 4, 6, 6])], [])
+    x = np.random.default_rng(1).standard_normal([1, 3, 8, 8]).astype(np.float32)
+    feed_sets = [{"x": x, "cond": np.array(c)} for c in (True, False)]
+    after = _assert_folds(model, ["If"], {"folded BatchNormalization into Conv": 2}, feed_sets)
+    branches = {a.name: _ops(a.g) for a in after.graph.node[0].attribute}
+    assert branches == {"then_branch": ["Conv", "Relu"], "else_branch": ["Conv"]}
+
+
+def test_keeps_graph_output_name_and_dtype():
+    rng = np.random.default_rng(0)
+    inits = [_init("W", _weights(rng, [4, 3, 3, 3]))] + _bn_inits(rng, 4)
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], name="conv"), _bn("c", "probs")]
+    model = _model(nodes, [_value("x", [1, 3, 8, 8])], [_value("probs", [1, 4, 6, 6])], inits)
+    after = _assert_folds(model, ["Conv"], {"folded BatchNormalization into Conv": 1})
+    assert [(o.name, o.type.tensor_type.elem_type) for o in after.graph.output] == [
+        ("probs", FLOAT)
+    ]
+    assert after.graph.node[0].output == ["probs"]
+
+
+def test_folds_a_chain_of_two_batchnorms_in_one_run():
+    rng = np.random.default_rng(0)
+    inits = [_init("W", _weights(rng, [4, 3, 3, 3]))] + _bn_inits(rng, 4)
+    inits += _bn_inits(rng, 4, prefix="bn2")
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], name="conv"), _bn("c", "n"),
+             _bn("n", "y", prefix="bn2")]
+    model = _model(nodes, [_value("x", [1, 3, 8, 8])], [_value("y", [1, 4, 6, 6])], inits)
+    _assert_folds(model, ["Conv"], {"folded BatchNormalization into Conv": 2})
+
+
+def test_shared_weight_is_not_modified_for_the_other_conv():
+    rng = np.random.default_rng(0)
+    inits = [_init("W", _weights(rng, [4, 3, 3, 3]))] + _bn_inits(rng, 4)
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], name="conv"), _bn("c", "y1"),
+             helper.make_node("Conv", ["x", "W"], ["y2"], name="plain")]
+    model = _model(nodes, [_value("x", [1, 3, 8, 8])],
+                   [_value("y1", [1, 4, 6, 6]), _value("y2", [1, 4, 6, 6])], inits)
+    graph = gs.import_onnx(model)
+    original = graph.tensors()["W"].values
+    after = _assert_folds(model, ["Conv", "Conv"], {"folded BatchNormalization into Conv": 1})
+    plain = next(n for n in after.graph.node if n.name == "plain")
+    assert plain.input[1] == "W"
+    kept = next(i for i in after.graph.initializer if i.name == "W")
+    np.testing.assert_array_equal(numpy_helper.to_array(kept), original)
+
+
+# ----------------------------------------------------------------------------- skips
+
+
+def _skip_model(case: str) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    x = _value("x", [1, 3, 8, 8])
+    inits = [_init("W", _weights(rng, [4, 3, 3, 3]))] + _bn_inits(rng, 4)
+    conv = helper.make_node("Conv", ["x", "W"], ["c"], name="conv")
+    outputs = [_value("y", [1, 4, 6, 6])]
+    nodes, inputs = [conv, _bn("c", "y")], [x]
+    if case == "second-consumer":
+        nodes.append(helper.make_node("Relu", ["c"], ["r"], name="relu"))
+        outputs.append(_value("r", [1, 4, 6, 6]))
+    elif case == "weights-input":
+        inits, inputs = inits[1:], [x, _value("W", [4, 3, 3, 3])]
+    elif case == "training":
+        nodes[1] = helper.make_node(
+            "BatchNormalization", nodes[1].input, ["y", "run_mean", "run_var"], name="bn",
+            training_mode=1,
+        )
+    elif case == "mean-input":
+        inits = [i for i in inits if i.name != "bn_mean"]
+        inputs = [x, _value("bn_mean", [4])]
+    elif case == "after-relu":
+        nodes = [conv, helper.make_node("Relu", ["c"], ["r"], name="relu"), _bn("r", "y")]
+    elif case == "conv-output-is-graph-output":
+        outputs.append(_value("c", [1, 4, 6, 6]))
+    elif case == "after-graph-input":
+        nodes = [_bn("x", "y")]
+        inits = _bn_inits(np.random.default_rng(0), 3)
+        outputs = [_value("y", [1, 3, 8, 8])]
+    return _model(nodes, inputs, outputs, inits)
+
+
+SKIPS = {
+    "second-consumer": "the Conv output is also read by another node, which needs it unnormalized",
+    "weights-input": "the Conv weights are not a constant",
+    "training": "it is in training mode (training_mode=1), so it normalizes with batch statistics",
+    "mean-input": "its mean input is not a constant",
+    "after-relu": "it does not follow a Conv, ConvTranspose, Gemm or MatMul "
+                  "(its input comes from Relu 'relu')",
+    "conv-output-is-graph-output": "the Conv output is itself a graph output, "
+                                   "so it must keep its values",
+    "after-graph-input": "it does not follow a Conv, ConvTranspose, Gemm or MatMul "
+                         "(its input is a graph input)",
+}
+
+
+def _assert_skips(model: onnx.ModelProto, reason: str) -> None:
+    graph = gs.import_onnx(model)
+    snapshot = fingerprint(graph)
+    result = FoldBatchNorm().run(graph, PassContext())
+    assert not result.changed
+    assert not result.counts
+    assert [(n.subject, n.reason) for n in result.notes] == [("BatchNormalization 'bn'", reason)]
+    assert fingerprint(graph) == snapshot
+    graph.cleanup().toposort()
+    assert "BatchNormalization" in _ops(gs.export_onnx(graph).graph)
+
+
+@pytest.mark.parametrize("case", sorted(SKIPS))
+def test_skips_with_reason(case):
+    _assert_skips(_skip_model(case), SKIPS[case])
+
+
+def test_skips_matmul_with_rank3_output():
+    rng = np.random.default_rng(0)
+    inits = [_init("W", _weights(rng, [6, 4]))] + _bn_inits(rng, 2)
+    nodes = [helper.make_node("MatMul", ["a", "W"], ["m"], name="mm"), _bn("m", "y")]
+    model = _model(nodes, [_value("a", [3, 2, 6])], [_value("y", [3, 2, 4])], inits)
+    reason = "the MatMul output has rank 3, so its columns are not the channel axis"
+    _assert_skips(model, reason)
+
+
+def test_skips_gemm_with_non_constant_c():
+    rng = np.random.default_rng(0)
+    inits = [_init("B", _weights(rng, [6, 4]))] + _bn_inits(rng, 4)
+    nodes = [helper.make_node("Gemm", ["a", "B", "c_in"], ["g"], name="gemm"), _bn("g", "y")]
+    model = _model(nodes, [_value("a", [5, 6]), _value("c_in", [4])], [_value("y", [5, 4])], inits)
+    _assert_skips(model, "the Gemm C input is not a constant")
+
+
+def test_reports_when_there_is_no_batchnorm():
+    model = _model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                   [_value("x", [2, 3])], [_value("y", [2, 3])], [])
+    graph = gs.import_onnx(model)
+    result = FoldBatchNorm().run(graph, PassContext())
+    assert not result.changed
+    assert [n.reason for n in result.notes] == ["no BatchNormalization in the graph"]
+
+
+# ----------------------------------------------------------------------------- real models
+
+
+REAL_MODELS = {
+    "mobilenet_v3_small_bn.onnx": ("input", [1, 3, 224, 224]),
+    "ch_ppocr_mobile_v2.0_cls_infer.onnx": ("x", [1, 3, 48, 192]),
+}
+
+
+@pytest.mark.parametrize("filename", sorted(REAL_MODELS))
+def test_real_model_folds_every_batchnorm(filename):
+    path = MODELS / filename
+    if not path.exists():
+        pytest.skip(f"{path} is not available")
+    model = onnx.load(str(path))  # read-only: never saved back
+    bn_count = _ops(model.graph).count("BatchNormalization")
+    result, after, graph = _fold(model)
+    assert result.notes == []
+    assert sum(result.counts.values()) == bn_count > 0
+    assert "BatchNormalization" not in _ops(after.graph)
+    onnx.checker.check_model(after, full_check=True)
+    name, shape = REAL_MODELS[filename]
+    feeds = {name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+    before, got = run_model(model, feeds), run_model(after, feeds)
+    for out, ref in before.items():
+        np.testing.assert_allclose(got[out], ref, rtol=1e-4, atol=1e-5)
+        # The outputs can be small (mobilenet's peak is ~3e-2), so also bound the
+        # error relative to the output's scale; measured ~4e-7.
+        assert np.abs(got[out] - ref).max() <= 1e-5 * np.abs(ref).max()
+    snapshot = fingerprint(graph)
+    assert not FoldBatchNorm().run(graph, PassContext()).changed
+    assert fingerprint(graph) == snapshot

@@ -1,0 +1,200 @@
+"""The manager: verification after every pass, rollback, the report."""
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+import pytest
+from gfhelpers import feeds_for, ops, parse
+
+from graphfix.check.inputs import graph_inputs, resolve_shapes
+from graphfix.check.outputs import OutputCheck
+from graphfix.errors import GraphfixError
+from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
+from graphfix.passes.cleanup import Cleanup
+from graphfix.passes.manager import run_passes, run_pipeline
+from graphfix.passes.pipeline import parse_pipeline
+from graphfix.report import APPLIED, ROLLED_BACK, UNCHANGED
+
+MODEL = '<ir_version: 8, opset_import: ["" : 17]>' + """
+g (float[2,3] x) => (float[2,3] y) {
+    a = Identity(x)
+    r = Relu(a)
+    y = Sigmoid(r)
+}"""
+
+
+class _TestPass(Pass):
+    summary = "test only"
+    Options = NoOptions
+
+
+class Raises(_TestPass):
+    name = "raises"
+
+    def run(self, graph, ctx):
+        graph.nodes[0].op = "Neg"  # a half-done edit must not survive
+        raise RuntimeError("boom")
+
+
+class BreaksNumbers(_TestPass):
+    name = "breaks-numbers"
+
+    def run(self, graph, ctx):
+        for node in graph.nodes:
+            if node.op == "Sigmoid":
+                node.op = "Tanh"
+        return PassResult(changed=True)
+
+
+class BreaksChecker(_TestPass):
+    name = "breaks-checker"
+
+    def run(self, graph, ctx):
+        graph.nodes[-1].op = "NoSuchOp"
+        return PassResult(changed=True)
+
+
+class LiesAboutChanging(_TestPass):
+    name = "lies"
+
+    def run(self, graph, ctx):
+        for node in graph.nodes:
+            if node.op == "Sigmoid":
+                node.op = "Tanh"
+        return PassResult(changed=False, notes=[Note("graph", "nothing")])
+
+
+class UserError(_TestPass):
+    name = "user-error"
+
+    def run(self, graph, ctx):
+        raise GraphfixError("bad option", "because", "fix it")
+
+
+def check_for(model):
+    inputs = graph_inputs(model)
+    return OutputCheck.prepare(model, resolve_shapes(inputs))
+
+
+def run(model, *passes):
+    steps = [(p.name, p) for p in passes]
+    return run_passes(model, steps, check_for(model), PassContext())
+
+
+def test_good_pass_is_applied_and_checked():
+    model = parse(MODEL)
+    out, report = run(model, Cleanup())
+    (rec,) = report.passes
+    assert rec.status == APPLIED
+    assert rec.check.startswith("passed")
+    assert (rec.nodes_before, rec.nodes_after) == (3, 2)
+    assert ops(out) == ["Relu", "Sigmoid"]
+    assert ops(model) == ["Identity", "Relu", "Sigmoid"], "the input model is not modified"
+
+
+def test_raising_pass_rolls_back_and_names_the_passes_before_it():
+    model = parse(MODEL)
+    out, report = run(model, Cleanup(), Raises(), Cleanup())
+    assert [r.status for r in report.passes] == [APPLIED, ROLLED_BACK, UNCHANGED]
+    reason = report.passes[1].rollback_reason
+    assert "RuntimeError: boom" in reason and "(after cleanup)" in reason
+    assert "Traceback" in report.passes[1].traceback
+    assert ops(out) == ["Relu", "Sigmoid"]
+    assert report.rolled_back == [report.passes[1]]
+
+
+def test_pass_that_breaks_numbers_is_rolled_back():
+    model = parse(MODEL)
+    out, report = run(model, BreaksNumbers())
+    (rec,) = report.passes
+    assert rec.status == ROLLED_BACK
+    assert "outputs differ: y:" in rec.rollback_reason
+    assert ops(out) == ops(model)
+
+
+def test_pass_that_breaks_the_checker_is_rolled_back():
+    model = parse(MODEL)
+    out, report = run(model, BreaksChecker())
+    assert report.passes[0].status == ROLLED_BACK
+    assert "onnx.checker" in report.passes[0].rollback_reason
+    assert ops(out) == ops(model)
+
+
+def test_a_change_is_verified_even_when_the_pass_says_unchanged():
+    _, report = run(parse(MODEL), LiesAboutChanging())
+    assert report.passes[0].status == ROLLED_BACK
+
+
+def test_unchanged_pass_needs_no_check():
+    model = parse(MODEL)
+    _, report = run(model, Cleanup(), Cleanup())
+    assert report.passes[1].status == UNCHANGED
+    assert report.passes[1].check.startswith("not needed")
+
+
+def test_user_error_from_a_pass_stops_the_run():
+    with pytest.raises(GraphfixError, match="bad option"):
+        run(parse(MODEL), UserError())
+
+
+def test_model_onnxruntime_cannot_run_skips_the_check_with_reason():
+    model = onnx.parser.parse_model(
+        '<ir_version: 8, opset_import: ["" : 17, "acme" : 1]>' + """
+        g (float[2,3] x) => (float[2,3] y) {
+            a = Identity(x)
+            y = acme.Frobnicate(a)
+        }""")
+    check = check_for(model)
+    assert not check.enabled
+    assert "onnxruntime cannot run the input model" in check.skipped_reason
+    out, report = run_passes(model, [("cleanup", Cleanup())], check, PassContext())
+    assert report.passes[0].status == APPLIED
+    assert report.passes[0].check == "skipped"
+    assert not report.check.enabled
+    assert [n.op_type for n in out.graph.node] == ["Frobnicate"]
+
+
+def test_report_to_json_has_pipeline_tools_and_records():
+    model = parse(MODEL)
+    _, report = run_pipeline(
+        model, parse_pipeline("cleanup,fold-constants"), check_for(model), PassContext()
+    )
+    data = report.to_json()
+    assert data["pipeline"] == "cleanup,fold-constants"
+    assert data["schema"] == "graphfix.run/1"
+    assert {"onnx", "onnxruntime", "onnx-graphsurgeon", "graphfix"} <= set(data["tools"])
+    assert [p["spec"] for p in data["passes"]] == ["cleanup", "fold-constants"]
+    assert data["check"]["enabled"] and data["check"]["seed"] == 0
+    assert data["check"]["tolerances"]["float32"] == {"rtol": 1e-4, "atol": 1e-5}
+
+
+def test_check_uses_user_data(tmp_path):
+    model = parse(MODEL)
+    x = np.full((2, 3), -1.0, np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    check = OutputCheck.prepare(model, {"x": (2, 3)}, data=tmp_path / "in.npz")
+    np.testing.assert_array_equal(check.feeds["x"], x)
+    assert check.seed is None
+    # With all-negative inputs Relu gives 0, so Sigmoid -> Tanh changes 0.5 into 0.
+    _, report = run_passes(model, [("b", BreaksNumbers())], check, PassContext())
+    assert report.passes[0].status == ROLLED_BACK
+
+
+def test_input_shapes_reach_the_context():
+    model = parse(MODEL.replace("float[2,3] x", "float[N,3] x").replace(
+        "float[2,3] y", "float[N,3] y"))
+    seen = {}
+
+    class Spy(_TestPass):
+        name = "spy"
+
+        def run(self, graph: gs.Graph, ctx):
+            seen.update(ctx.input_shapes)
+            return PassResult(changed=False, notes=[Note("graph", "spy")])
+
+    inputs = graph_inputs(model)
+    shapes = resolve_shapes(inputs)
+    run_passes(model, [("spy", Spy())], OutputCheck.prepare(model, shapes),
+               PassContext(input_shapes=shapes))
+    assert seen == {"x": (1, 3)}
+    assert feeds_for(model)["x"].shape == (1, 3)
