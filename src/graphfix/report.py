@@ -36,7 +36,7 @@ class PassRecord:
         if self.status == ROLLED_BACK:
             return f"rolled back: {self.rollback_reason}"
         if not self.counts:
-            return "nothing to do"
+            return "nothing to do" + (f" ({self.notes[0]})" if len(self.notes) == 1 else "")
         return "; ".join(f"{what} ({n})" for what, n in self.counts.items())
 
 

@@ -100,7 +100,7 @@ def test_no_check_skips_the_check(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert not data["check"]["enabled"]
-    assert {p["check"] for p in data["passes"]} <= {"skipped", "not needed (graph unchanged)"}
+    assert {p["check"] for p in data["passes"]} <= {"skipped", "unchanged"}
 
 
 def test_input_shape_and_data_options(tmp_path):

@@ -48,8 +48,8 @@ def pass_table(report: Report) -> Table:
     table.add_column("pass")
     table.add_column("time", justify="right")
     table.add_column("nodes", justify="right")
-    table.add_column("what it did")
-    table.add_column("check")
+    table.add_column("what it did", ratio=3)
+    table.add_column("check", ratio=2)
     for rec in report.passes:
         style = {APPLIED: "green", ROLLED_BACK: "red"}.get(rec.status, "dim")
         table.add_row(
@@ -75,6 +75,8 @@ def print_report(report: Report, show_traceback: bool = False) -> None:
             console.print(f"[red]rolled back[/red] {rec.spec}: {rec.rollback_reason}")
             if show_traceback and rec.traceback:
                 console.print(rec.traceback, markup=False)
+        if not rec.counts and len(rec.notes) == 1:
+            continue  # already in the table
         for note in rec.notes[:NOTES_SHOWN]:
             console.print(f"  {rec.spec}: {note}", markup=False)
         if len(rec.notes) > NOTES_SHOWN:

@@ -38,6 +38,7 @@ from graphfix.graph import (
     all_graphs,
     constant_value,
     is_graph_output,
+    is_onnx,
     node_label,
     opset_of,
     take_output,
@@ -95,7 +96,7 @@ class FoldBatchNorm(Pass):
         found = 0
         for g in all_graphs(graph):
             node_ids = {id(n) for n in g.nodes}
-            for bn in [n for n in g.nodes if n.op == "BatchNormalization" and not n.domain]:
+            for bn in [n for n in g.nodes if is_onnx(n, "BatchNormalization")]:
                 if not bn.outputs:  # already folded and disconnected
                     continue
                 found += 1
@@ -109,7 +110,7 @@ class FoldBatchNorm(Pass):
                 result.changed = True
         if not found:
             result.notes.append(
-                Note(subject=graph.name or "graph", reason="no BatchNormalization in the graph")
+                Note(subject="graph", reason="no BatchNormalization in the graph")
             )
         return result
 
@@ -159,7 +160,7 @@ def _producer(g: gs.Graph, bn: gs.Node, node_ids: set[int]) -> gs.Node | str:
             "it does not follow a Conv, ConvTranspose, Gemm or MatMul "
             "(its input comes from an enclosing graph)"
         )
-    if producer.op not in _LINEAR_OPS or producer.domain:
+    if not is_onnx(producer, *_LINEAR_OPS):
         return (
             "it does not follow a Conv, ConvTranspose, Gemm or MatMul "
             f"(its input comes from {node_label(producer)})"

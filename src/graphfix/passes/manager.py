@@ -149,7 +149,7 @@ def _run_one(index, spec, pass_: Pass, graph, last_good, ctx, verifier, output_c
         record.counts = dict(result.counts)
         record.notes = [str(n) for n in result.notes]
         if not changed:
-            record.check = "not needed (graph unchanged)"
+            record.check = "unchanged"
             record.seconds = time.perf_counter() - t0
             return record, graph, last_good
         graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=True).toposort()
