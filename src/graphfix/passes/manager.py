@@ -3,8 +3,9 @@
 For every pass, in order:
 1. run it on the graph (an `onnx_graphsurgeon.Graph`, imported once);
 2. if its structural fingerprint changed: cleanup + toposort, export, then verify —
-   `onnx.checker`, ONNX shape inference (strict when the input model passes strict
-   inference), and the output check (`check.outputs`) when enabled;
+   `onnx.checker` and ONNX shape inference (strict when the input model passes
+   strict inference), both on a weightless skeleton (`graph.skeleton`), and the
+   output check (`check.outputs`) when enabled;
 3. a pass that raises, or fails any verification, is rolled back: the graph is
    re-imported from the last verified model, and the run goes on. The record says
    why, and which passes ran before it.
@@ -25,6 +26,7 @@ import onnx
 from graphfix.check.outputs import OutputCheck
 from graphfix.errors import GraphfixError
 from graphfix.graph import count_nodes, fingerprint, to_graph, to_model
+from graphfix.graph.skeleton import skeleton
 from graphfix.passes.base import Pass, PassContext
 from graphfix.passes.pipeline import Pipeline
 from graphfix.report import APPLIED, ROLLED_BACK, UNCHANGED, CheckInfo, PassRecord, Report
@@ -43,11 +45,12 @@ class Verifier:
     @classmethod
     def for_input(cls, model: onnx.ModelProto) -> Verifier:
         notes = []
-        checker = _checker_error(model) is None
+        model = skeleton(model)
+        checker_error = _checker_error(model)
+        checker = checker_error is None
         if not checker:
             notes.append(
-                f"the input model fails onnx.checker ({_checker_error(model)}); "
-                "passes are not held to it"
+                f"the input model fails onnx.checker ({checker_error}); passes are not held to it"
             )
         strict = _inference_error(model, strict=True) is None
         if not strict:
@@ -55,6 +58,8 @@ class Verifier:
         return cls(checker, strict, notes)
 
     def problem(self, model: onnx.ModelProto) -> str | None:
+        """What is structurally wrong with a pass's result, or None."""
+        model = skeleton(model)
         if self.checker:
             err = _checker_error(model)
             if err:
