@@ -31,8 +31,17 @@ class Settings:
 
 @contextmanager
 def user_errors(ctx: typer.Context) -> Iterator[None]:
-    """Show a GraphfixError as one paragraph and exit 2 (with a traceback under --debug)."""
+    """Show a GraphfixError as one paragraph and exit 2 (with a traceback under --debug).
+
+    Also quiets onnxruntime's own warnings (printed by sessions other libraries
+    create, e.g. onnx-graphsurgeon's constant folding) unless --debug: the CLI,
+    not the library, decides what reaches the terminal.
+    """
     debug = bool(ctx.obj and ctx.obj.debug)
+    if not debug:
+        import onnxruntime
+
+        onnxruntime.set_default_logger_severity(3)
     try:
         yield
     except GraphfixError as err:

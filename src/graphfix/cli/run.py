@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import onnx
 import typer
@@ -59,7 +60,7 @@ def run_command(
     in_place: bool = typer.Option(
         False, "--in-place", help="Allow the output to overwrite the input file."
     ),
-    external_data: bool = typer.Option(
+    external_data: Optional[bool] = typer.Option(  # noqa: UP045 (typer < 0.17 needs Optional)
         None, "--external-data/--no-external-data",
         help="Store weights in <output>.data [default: only when over 2 GB].",
     ),

@@ -45,7 +45,7 @@ class FoldConstants(Pass):
         # ir_version; subgraphs have none, so onnx's newest would be written, which
         # the installed onnxruntime may refuse (and folding silently does nothing).
         for sub in graph.subgraphs(recursive=True):
-            sub.ir_version = graph.ir_version
+            sub.ir_version = getattr(graph, "ir_version", None)
         with G_LOGGER.suppress():
             graph.fold_constants(
                 fold_shapes=self.options.shapes,

@@ -1,0 +1,270 @@
+"""Tables for the terminal and bench/RESULTS.md, from `run_bench.summarize`'s table.
+
+RESULTS.md is rewritten on every run except the block between the ANALYSIS
+markers, which holds the hand-written reading of the profile and is kept.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import re
+from importlib import metadata
+from pathlib import Path
+
+ANALYSIS_BEGIN = "<!-- analysis:begin (kept when the bench rewrites this file) -->"
+ANALYSIS_END = "<!-- analysis:end -->"
+PEERS = ("onnxslim", "onnxsim", "onnxsim-check", "onnxslim-check")
+PACKAGES = ("graphfix", "onnx", "onnx-graphsurgeon", "onnxruntime", "polygraphy", "numpy",
+            "protobuf", "onnxslim", "onnxsim")
+TIME_TARGET, MEM_TARGET = 1.5, 1.3
+
+
+def _ratio(a, b) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _fmt(x, spec: str = ".2f", suffix: str = "") -> str:
+    return "—" if x is None else f"{x:{spec}}{suffix}"
+
+
+def _mib(kib) -> float | None:
+    return None if kib is None else kib / 1024
+
+
+def _diff(row: dict) -> str:
+    if "max_abs" not in row:
+        return row.get("error", "—") if "nodes" not in row else "—"
+    if row["max_abs"] is None:
+        return f"mismatch: {row.get('note', '')}"
+    return f"{row['max_abs']:.1e}" + (f" ({row['note']})" if row.get("note") else "")
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """A Markdown pipe table, padded so it also reads as plain text."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+                      *(line(r) for r in rows)])
+
+
+def main_table(results: dict) -> str:
+    headers = ["model", "tool", "e2e s", "work s", "import s", "e2e ×floor", "work ×floor",
+               "peak MiB", "peak ×floor", "nodes", "BN", "Id", "max |Δ|", "status"]
+    rows = []
+    for model, per_tool in results.items():
+        floor = per_tool.get("floor", {})
+        orig = per_tool.get("_original", {})
+        rows.append([model, "(original)", "", "", "", "", "", "", "", str(orig.get("nodes", "?")),
+                     str(orig.get("bn", "?")), str(orig.get("identity", "?")), "", ""])
+        for tool, r in per_tool.items():
+            if tool.startswith("_"):
+                continue
+            status = "ok" if not r.get("error") else f"FAILED: {r['error'][:90]}"
+            if r.get("ok_runs") and r.get("error"):
+                status = f"{r['ok_runs']}/{r['runs']} ok: {r['error'][:70]}"
+            rows.append([
+                "", tool, _fmt(r.get("e2e_s")), _fmt(r.get("work_s"), ".3f"),
+                _fmt(r.get("import_s")),
+                _fmt(_ratio(r.get("e2e_s"), floor.get("e2e_s")), ".2f", "×"),
+                _fmt(_ratio(r.get("work_s"), floor.get("work_s")), ".1f", "×"),
+                _fmt(_mib(r.get("peak_kib")), ".0f"),
+                _fmt(_ratio(r.get("peak_kib"), floor.get("peak_kib")), ".2f", "×"),
+                str(r.get("nodes", "—")), str(r.get("bn", "—")), str(r.get("identity", "—")),
+                _diff(r), status])
+    return table(headers, rows)
+
+
+def versus_table(results: dict, ours: str) -> str:
+    headers = ["model", f"{ours} vs", "e2e time", "work time", "peak RSS", "nodes", "BN+Id"]
+    rows = []
+    for model, per_tool in results.items():
+        g = per_tool.get(ours, {})
+        for peer in PEERS:
+            p = per_tool.get(peer)
+            if p is None:
+                continue
+            if not g.get("e2e_s") or not p.get("e2e_s"):
+                rows.append([model, peer, "—", "—", "—", "—",
+                             f"({ours if not g.get('e2e_s') else peer} failed)"])
+                continue
+            left = lambda r: (r.get("bn", 0) or 0) + (r.get("identity", 0) or 0)  # noqa: E731
+            rows.append([
+                model, peer, _fmt(_ratio(g["e2e_s"], p["e2e_s"]), ".2f", "×"),
+                _fmt(_ratio(g["work_s"], p["work_s"]), ".2f", "×"),
+                _fmt(_ratio(g["peak_kib"], p["peak_kib"]), ".2f", "×"),
+                f"{g.get('nodes', '?')} vs {p.get('nodes', '?')}",
+                f"{left(g)} vs {left(p)}"])
+    return table(headers, rows)
+
+
+def targets(results: dict) -> tuple[str, list[str]]:
+    """The issue's targets per model, measured; returns the table and the misses."""
+    headers = ["model", "no-check e2e ≤1.5× floor", "no-check work ≤1.5× floor",
+               "no-check peak ≤1.3× floor", "BN/Id ≤ peers", "check e2e < onnxsim",
+               "check e2e < onnxsim-check"]
+    rows, misses = [], []
+    for model, t in results.items():
+        floor, g, gn = t.get("floor", {}), t.get("graphfix", {}), t.get("graphfix-nocheck", {})
+        cells = [model]
+
+        def verdict(name, value, ok, shown):
+            if value is None:
+                cells.append("n/a")
+                return
+            cells.append(f"{'ok' if ok else 'MISS'} ({shown})")
+            if not ok:
+                misses.append(f"{model}: {name} ({shown})")
+
+        r = _ratio(gn.get("e2e_s"), floor.get("e2e_s"))
+        verdict("no-check e2e time", r, r is not None and r <= TIME_TARGET, _fmt(r, ".2f", "×"))
+        r = _ratio(gn.get("work_s"), floor.get("work_s"))
+        verdict("no-check work time", r, r is not None and r <= TIME_TARGET, _fmt(r, ".1f", "×"))
+        r = _ratio(gn.get("peak_kib"), floor.get("peak_kib"))
+        verdict("no-check peak RSS", r, r is not None and r <= MEM_TARGET, _fmt(r, ".2f", "×"))
+        peers = [t[p] for p in ("onnxslim", "onnxsim") if p in t and "bn" in t[p]]
+        if "bn" in gn and peers:
+            best_bn = min(p["bn"] for p in peers)
+            best_id = min(p["identity"] for p in peers)
+            ok = gn["bn"] <= best_bn and gn["identity"] <= best_id
+            verdict("BN/Identity left", 1, ok,
+                    f"{gn['bn']}/{gn['identity']} vs best {best_bn}/{best_id}")
+        else:
+            cells.append("n/a")
+        for peer in ("onnxsim", "onnxsim-check"):
+            p = t.get(peer, {})
+            r = _ratio(g.get("e2e_s"), p.get("e2e_s"))
+            verdict(f"check e2e vs {peer}", r, r is not None and r < 1, _fmt(r, ".2f", "×"))
+        rows.append(cells)
+    return table(headers, rows), misses
+
+
+def machine() -> dict[str, str]:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        kib = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+        ram = f"{kib / 1024 ** 2:.1f} GiB"
+    except (OSError, AttributeError):
+        ram = "?"
+    versions = []
+    for pkg in PACKAGES:
+        try:
+            versions.append(f"{pkg} {metadata.version(pkg)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{pkg} (not installed)")
+    return {"cpu": cpu, "cores": f"{os.cpu_count()} ({len(os.sched_getaffinity(0))} usable)",
+            "ram": ram, "python": platform.python_version(), "os": platform.platform(),
+            "packages": ", ".join(versions)}
+
+
+def render_terminal(results: dict, meta: dict) -> str:
+    tgt, misses = targets(results)
+    parts = [main_table(results), "", versus_table(results, "graphfix-nocheck"), "",
+             versus_table(results, "graphfix"), "", tgt]
+    if misses:
+        parts += ["", "targets missed:", *(f"  - {m}" for m in misses)]
+    parts.append(f"\n(bench took {meta['seconds']:.0f} s)")
+    return "\n".join(parts)
+
+
+def profile_section(profiles: dict) -> str:
+    if not profiles:
+        return ""
+    out = ["## Profile of graphfix (generated)", "",
+           "From `--profile`: `bench/profile_graphfix.py`, one fresh process per row group. "
+           "*Accounting*: self time of each probed function (rows add up to the work; "
+           "`(other)` = that function's own code outside the probes below it) and the "
+           "highest RSS while it ran. *cProfile*: a second run under cProfile (slower; "
+           "shares are of that run's work).", ""]
+    for key, prof in profiles.items():
+        acct, cprof = prof["accounting"], prof["cprofile"]
+        if not acct.get("probes"):
+            out += [f"### {key}", "", f"profiling failed: {acct.get('error', '?')}", ""]
+            continue
+        work = acct["work_s"]
+        out += [f"### {key}: work {work:.3f} s, RSS after imports "
+                f"{acct['rss_after_imports_kib'] / 1024:.0f} MiB, at end "
+                f"{acct['rss_end_kib'] / 1024:.0f} MiB", ""]
+        probes = sorted(acct["probes"].items(), key=lambda kv: -kv[1]["self_s"])
+        rows = [[label, str(p["calls"]), f"{p['self_s']:.3f}", f"{100 * p['self_s'] / work:.0f}%",
+                 f"{p['peak_kib'] / 1024:.0f}", f"{p['rss_growth_kib'] / 1024:+.0f}"]
+                for label, p in probes if p["self_s"] >= 0.0005]
+        accounted = sum(p["self_s"] for p in acct["probes"].values())
+        rows.append(["(outside every probe)", "", f"{work - accounted:.3f}",
+                     f"{100 * (work - accounted) / work:.0f}%", "", ""])
+        out += [table(["probe", "calls", "self s", "share", "peak RSS MiB", "RSS left MiB"], rows),
+                ""]
+        if cprof.get("cumulative"):
+            out += ["<details><summary>cProfile: top by cumulative and by self time "
+                    f"(work {cprof['work_s']:.3f} s under the profiler)</summary>", "", "```"]
+            for title, key_, rows_ in (("cumulative", "cum_s", cprof["cumulative"]),
+                                        ("self", "self_s", cprof["self"])):
+                out.append(f"-- by {title} time --")
+                out += [f"{r[key_]:8.3f}s {100 * r['share']:5.1f}%  {r['calls']:>7}  {r['func']}"
+                        for r in rows_]
+            out += ["```", "</details>", ""]
+    return "\n".join(out)
+
+
+def render_markdown(path: Path, results: dict, meta: dict, profiles: dict) -> None:
+    analysis = f"{ANALYSIS_BEGIN}\n## Reading\n\n(not written yet)\n{ANALYSIS_END}"
+    if path.exists():
+        old = path.read_text()
+        if ANALYSIS_BEGIN in old and ANALYSIS_END in old:
+            start = old.index(ANALYSIS_BEGIN)
+            analysis = old[start:old.index(ANALYSIS_END) + len(ANALYSIS_END)]
+    m = machine()
+    tgt, misses = targets(results)
+    notes = "\n".join(f"- `{t}`: {meta['tool_notes'][t]}" for t in meta["tools"])
+    shapes = ", ".join(f"{m_}: {s}" for m_, s in meta["inputs"].items() if s) or "none"
+    text = f"""# graphfix vs peers: benchmark results
+
+Generated by `bench/run_bench.py` on {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')} \
+(took {meta['seconds']:.0f} s). See `bench/README.md` for what is measured and how.
+
+- Command: `{meta['command']}`
+- Machine: {m['cpu']}, {m['cores']} cores, {m['ram']} RAM; {m['os']}
+- Python {m['python']}; {m['packages']}
+- Runs: {meta['runs']} per (tool, model), each in a fresh process, interleaved; medians shown.
+- Input shapes given to every tool that takes them: {shapes}
+
+Tools:
+{notes}
+
+{analysis}
+
+## Results
+
+`e2e` = wall time of the whole child process (interpreter start, imports, work) measured
+by the parent; `work` = load → transform → save inside the child (lazy imports made during
+the work count here); `import` = the tool's top-level import. `peak` = peak RSS of the
+child process (`ru_maxrss` from `os.wait4`). `×floor` = ratio to `onnx.load` + `onnx.save`
+of the same model. `nodes`, `BN` (BatchNormalization), `Id` (Identity) count subgraph nodes
+too. `max |Δ|` = largest absolute difference of any output from the original's
+(onnxruntime CPU, graph optimizations disabled, seeded inputs).
+
+{main_table(results)}
+
+### graphfix --no-check against each peer (ratio < 1: graphfix is faster / smaller)
+
+{versus_table(results, 'graphfix-nocheck')}
+
+### graphfix with its check against each peer
+
+{versus_table(results, 'graphfix')}
+
+### Targets from the issue (measured)
+
+{tgt}
+
+{"Missed: " + "; ".join(misses) + "." if misses else "All targets met."}
+
+{profile_section(profiles)}
+"""
+    path.write_text(text.rstrip() + "\n")
