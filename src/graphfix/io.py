@@ -82,6 +82,9 @@ def load(path: str | os.PathLike) -> onnx.ModelProto:
         except (OSError, ValueError, onnx.checker.ValidationError) as e:
             raise GraphfixError(f"Cannot load external data of tensor '{tensor.name}' for "
                                 f"'{path}'", str(e), _REEXPORT) from e
+        # onnx < 1.20 leaves the tensor marked external (the model-level helper clears it)
+        tensor.data_location = TensorProto.DEFAULT
+        del tensor.external_data[:]
     return model
 
 
