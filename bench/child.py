@@ -1,6 +1,6 @@
 """One benchmark run: one tool on one model, in a fresh process.
 
-    python bench/child.py TOOL MODEL OUT [--input-shape x:1x3x48x192]
+    python bench/child.py TOOL MODEL OUT [NAME:DIMS ...]     (e.g. x:1x3x48x192)
 
 Times its own phases with `time.perf_counter`: `import` (the tool's package, as a
 user's script would import it) and `work` (load from file -> transform -> save to
@@ -105,7 +105,7 @@ def work(tool: str, src: str, out: str, shapes: dict[str, list[int]]) -> dict:
 
 def main(argv: list[str]) -> int:
     tool, src, out = argv[:3]
-    shapes = _shape_args([a for a in argv[3:] if not a.startswith("--")])
+    shapes = _shape_args(argv[3:])
     t0 = time.perf_counter()
     _imports(tool)
     t1 = time.perf_counter()

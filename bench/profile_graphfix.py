@@ -22,6 +22,7 @@ import inspect
 import io as _io
 import json
 import pstats
+import resource
 import sys
 import time
 
@@ -181,6 +182,7 @@ def main(argv: list[str]) -> int:
     final = _status()
     record = {"model": model_path, "check": check, "import_s": t_import, "work_s": work,
               "rss_after_imports_kib": rss_imports, "rss_end_kib": final["VmRSS"],
+              "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
               "passes": [[p.spec, p.status, round(p.seconds, 4)]
                          for p in result.report.passes]}
     if profiler:

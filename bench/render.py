@@ -45,7 +45,9 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     """A Markdown pipe table, padded so it also reads as plain text."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(headers)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
     return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|",
                       *(line(r) for r in rows)])
 
@@ -110,7 +112,7 @@ def targets(results: dict) -> tuple[str, list[str]]:
         floor, g, gn = t.get("floor", {}), t.get("graphfix", {}), t.get("graphfix-nocheck", {})
         cells = [model]
 
-        def verdict(name, value, ok, shown):
+        def verdict(name, value, ok, shown, cells=cells, model=model):
             if value is None:
                 cells.append("n/a")
                 return
@@ -180,8 +182,10 @@ def profile_section(profiles: dict) -> str:
            "From `--profile`: `bench/profile_graphfix.py`, one fresh process per row group. "
            "*Accounting*: self time of each probed function (rows add up to the work; "
            "`(other)` = that function's own code outside the probes below it) and the "
-           "highest RSS while it ran. *cProfile*: a second run under cProfile (slower; "
-           "shares are of that run's work).", ""]
+           "highest RSS while it or a probe inside it ran (approximate: the HWM resets at every "
+           "probe boundary); `RSS Δ` = RSS after the call minus before, inner calls included. "
+           "*cProfile*: a second run under cProfile (slower; shares are of that run's work). "
+           "Single runs: expect ±20 % on times.", ""]
     for key, prof in profiles.items():
         acct, cprof = prof["accounting"], prof["cprofile"]
         if not acct.get("probes"):
@@ -192,14 +196,19 @@ def profile_section(profiles: dict) -> str:
                 f"{acct['rss_after_imports_kib'] / 1024:.0f} MiB, at end "
                 f"{acct['rss_end_kib'] / 1024:.0f} MiB", ""]
         probes = sorted(acct["probes"].items(), key=lambda kv: -kv[1]["self_s"])
+        shown = [(label, p) for i, (label, p) in enumerate(probes)
+                 if i < 12 or p["self_s"] >= 0.01 * work]
         rows = [[label, str(p["calls"]), f"{p['self_s']:.3f}", f"{100 * p['self_s'] / work:.0f}%",
                  f"{p['peak_kib'] / 1024:.0f}", f"{p['rss_growth_kib'] / 1024:+.0f}"]
-                for label, p in probes if p["self_s"] >= 0.0005]
-        accounted = sum(p["self_s"] for p in acct["probes"].values())
-        rows.append(["(outside every probe)", "", f"{work - accounted:.3f}",
-                     f"{100 * (work - accounted) / work:.0f}%", "", ""])
-        out += [table(["probe", "calls", "self s", "share", "peak RSS MiB", "RSS left MiB"], rows),
-                ""]
+                for label, p in shown]
+        rest = sum(p["self_s"] for _, p in probes[len(shown):])
+        unprobed = work - sum(p["self_s"] for _, p in probes)
+        rows += [[f"({len(probes) - len(shown)} smaller probes)", "", f"{rest:.3f}",
+                  f"{100 * rest / work:.0f}%", "", ""],
+                 ["(outside every probe)", "", f"{unprobed:.3f}",
+                  f"{100 * unprobed / work:.0f}%", "", ""]]
+        out += [table(["probe", "calls", "self s", "share", "peak RSS MiB",
+                       "RSS Δ MiB (incl. inner)"], rows), ""]
         if cprof.get("cumulative"):
             out += ["<details><summary>cProfile: top by cumulative and by self time "
                     f"(work {cprof['work_s']:.3f} s under the profiler)</summary>", "", "```"]

@@ -54,11 +54,15 @@ MODELS = {
 }
 
 
+CHILD_ENV = dict(os.environ)
+"""The children's environment; `main` gives them a byte-code cache (see bench/README.md)."""
+
+
 def run_child(cmd: list[str], timeout: float) -> dict:
     """Run one child; wall time from the parent, peak RSS from os.wait4."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=HERE.parent)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=HERE.parent, env=CHILD_ENV)
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
         try:
@@ -93,6 +97,7 @@ def model_paths(names: list[str], workdir: Path) -> dict[str, Path]:
         file_name = MODELS[name][0]
         if file_name is None:
             import onnx
+
             from graphfix.samples import conv_bn_relu_residual
 
             paths[name] = workdir / "sample.onnx"
@@ -208,6 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     if "floor" not in tools:
         tools.insert(0, "floor")  # every ratio is against it
     workdir = Path(tempfile.mkdtemp(prefix="graphfix-bench-"))
+    # Every tool's modules get .pyc files, written once (in the warm-up) outside the source
+    # trees: PYTHONDONTWRITEBYTECODE would leave an editable graphfix compiling its source
+    # in every run while the peers' wheels come with byte code.
+    CHILD_ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+    CHILD_ENV["PYTHONPYCACHEPREFIX"] = str(workdir / "pycache")
     started = time.time()
     try:
         models = model_paths(names, workdir)
