@@ -159,6 +159,11 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     _commit(path, [(os.path.abspath(path), lambda f: f.write(text.encode("utf-8")))])
 
 
+# onnxruntime 1.22, the oldest graphfix supports, accepts IR versions up to 10 (tested):
+# models at or below it need no probe (which would import onnxruntime just to save).
+_IR_ACCEPTED_BY_OLDEST_RUNTIME = 10
+
+
 @functools.lru_cache(maxsize=1)
 def runtime_ir_version() -> int:
     """Highest IR version the installed onnxruntime accepts, probed once per process
@@ -187,7 +192,9 @@ def runtime_ir_version() -> int:
 def compatible_ir_version(model: onnx.ModelProto) -> int:
     """model.ir_version, lowered to what onnxruntime accepts but never below what the
     model's opsets need (onnxruntime then refuses the model itself, saying why)."""
-    if model.ir_version <= runtime_ir_version():
+    if model.ir_version <= _IR_ACCEPTED_BY_OLDEST_RUNTIME or (
+        model.ir_version <= runtime_ir_version()
+    ):
         return model.ir_version
     needed = onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
     return min(model.ir_version, max(runtime_ir_version(), needed))

@@ -14,8 +14,6 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
-_PROTOBUF_LIMIT = 2**31 - 1
-
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 
@@ -25,6 +23,11 @@ def session_options():
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
+    # onnxruntime's memory-reuse planner takes seconds per session on graphs with
+    # many small dynamic-shape tensors (1.6-2.0 s -> 0.2 s on SSDlite, bench/RESULTS.md);
+    # results are identical, peak memory was the same there. The cost: activations
+    # are not shared, so a model with huge activations needs more memory to check.
+    so.enable_mem_reuse = False
     return so
 
 
@@ -38,10 +41,12 @@ def make_session(model: onnx.ModelProto, providers: Sequence[str] = ("cpu",)):
     import onnxruntime as ort
 
     names = [PROVIDERS.get(p.strip().lower(), p) for p in providers]
-    if model.ByteSize() < _PROTOBUF_LIMIT:
-        return ort.InferenceSession(
-            model.SerializeToString(), sess_options=session_options(), providers=names
-        )
+    try:  # ByteSize() would serialize too (upb): serialize once, fall back past 2 GB
+        data = model.SerializeToString()
+    except Exception:  # protobuf raises ValueError or EncodeError past the 2 GB limit
+        data = None
+    if data is not None:
+        return ort.InferenceSession(data, sess_options=session_options(), providers=names)
     with tempfile.TemporaryDirectory(prefix="graphfix-ort-") as tmp:
         path = os.path.join(tmp, "model.onnx")
         big = onnx.ModelProto()

@@ -82,6 +82,8 @@ class Pass:
     name: ClassVar[str]
     summary: ClassVar[str]
     Options: ClassVar[type] = NoOptions
+    # True when run() ends with onnx-graphsurgeon's cleanup, so the manager skips its own.
+    leaves_graph_clean: ClassVar[bool] = False
 
     def __init__(self, options: Any = None) -> None:
         self.options = options if options is not None else self.Options()

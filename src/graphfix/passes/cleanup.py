@@ -41,6 +41,7 @@ class Cleanup(Pass):
     name = "cleanup"
     summary = "Remove dead nodes, unused initializers, Identity and inference-mode Dropout."
     Options = CleanupOptions
+    leaves_graph_clean = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)

@@ -35,6 +35,7 @@ class FoldConstants(Pass):
     name = "fold-constants"
     summary = "Evaluate nodes whose inputs are all constant (size-limited) and fold static Shape."
     Options = FoldConstantsOptions
+    leaves_graph_clean = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         from onnx_graphsurgeon.logger import G_LOGGER

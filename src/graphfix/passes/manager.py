@@ -2,7 +2,8 @@
 
 For every pass, in order:
 1. run it on the graph (an `onnx_graphsurgeon.Graph`, imported once);
-2. if its structural fingerprint changed: cleanup + toposort, export, then verify —
+2. if its structural fingerprint changed: cleanup (unless the pass just did it:
+   `Pass.leaves_graph_clean`) + toposort, export, then verify —
    `onnx.checker` and ONNX shape inference (strict when the input model passes
    strict inference), both on a weightless skeleton (`graph.skeleton`), and the
    output check (`check.outputs`) when enabled;
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import onnx
+import onnx_graphsurgeon as gs
 
 from graphfix.check.outputs import OutputCheck
 from graphfix.errors import GraphfixError
@@ -110,19 +112,16 @@ def run_passes(
     start = time.perf_counter()
     ctx = ctx or PassContext()
     verifier = Verifier.for_input(model)
-    graph = to_graph(model)
-    last_good = model
+    state = _State(to_graph(model), model)
     records: list[PassRecord] = []
     for index, (spec, pass_) in enumerate(steps):
         if on_pass_start:
             on_pass_start(index, spec)
         ran_before = [s for s, _ in steps[:index]]
-        record, graph, last_good = _run_one(
-            index, spec, pass_, graph, last_good, ctx, verifier, output_check, ran_before
-        )
+        record = _run_one(index, spec, pass_, state, ctx, verifier, output_check, ran_before)
         records.append(record)
         if on_pass_done:
-            on_pass_done(record, last_good)
+            on_pass_done(record, state.last_good)
     check = CheckInfo(
         enabled=output_check.enabled,
         skipped_reason=output_check.skipped_reason,
@@ -140,55 +139,78 @@ def run_passes(
         renamed=dict(ctx.renamed),
         seconds=time.perf_counter() - start,
     )
-    return last_good, report
+    return state.last_good, report
 
 
-def _run_one(index, spec, pass_: Pass, graph, last_good, ctx, verifier, output_check, ran_before):
-    nodes_before = count_nodes(graph)
+@dataclass
+class _State:
+    """The graph being rewritten, the last verified model, and the graph's fingerprint
+    (kept between passes so an unchanged pass costs one fingerprint, not two)."""
+
+    graph: gs.Graph
+    last_good: onnx.ModelProto
+    fingerprint: tuple | None = None
+
+    def current_fingerprint(self) -> tuple:
+        if self.fingerprint is None:
+            self.fingerprint = fingerprint(self.graph)
+        return self.fingerprint
+
+    def roll_back(self) -> None:
+        self.graph = to_graph(self.last_good)
+        self.fingerprint = None
+
+
+def _run_one(index, spec, pass_: Pass, state: _State, ctx, verifier, output_check, ran_before):
     t0 = time.perf_counter()
-    before = fingerprint(graph)
+    nodes_before = count_nodes(state.graph)
+    before = state.current_fingerprint()
     record = PassRecord(index, spec, UNCHANGED, 0.0, nodes_before, nodes_before)
+    graph = state.graph
     try:
         result = pass_.run(graph, ctx)
-        changed = fingerprint(graph) != before
+        after = fingerprint(graph)
         record.counts = dict(result.counts)
         record.notes = [str(n) for n in result.notes]
-        if not changed:
+        if after == before:
             record.check = "unchanged"
             record.seconds = time.perf_counter() - t0
-            return record, graph, last_good
-        graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=True).toposort()
-        candidate = to_model(graph, last_good)
+            return record
+        if not pass_.leaves_graph_clean:
+            graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=True)
+        graph.toposort()
+        candidate = to_model(graph, state.last_good)
     except GraphfixError:
         raise
     except Exception as err:
-        after = f" (after {', '.join(ran_before)})" if ran_before else " (the first pass)"
-        reason = f"{type(err).__name__}: {err}{after}"
+        where = f" (after {', '.join(ran_before)})" if ran_before else " (the first pass)"
         record.traceback = traceback.format_exc()
-        return _rolled_back(record, reason, last_good, t0)
+        return _rolled_back(record, f"{type(err).__name__}: {err}{where}", state, t0)
     problem = verifier.problem(candidate)
     if problem:
-        return _rolled_back(record, problem, last_good, t0)
+        return _rolled_back(record, problem, state, t0)
     if output_check.enabled:
         outcome = output_check.verify(candidate)
         record.max_abs_error = outcome.max_abs
         record.check = outcome.describe()
         if not outcome.ok:
-            return _rolled_back(record, record.check, last_good, t0)
+            return _rolled_back(record, record.check, state, t0)
     else:
         record.check = "skipped"
+    state.last_good = candidate
+    state.fingerprint = None
     record.status = APPLIED
     record.nodes_after = count_nodes(graph)
     record.seconds = time.perf_counter() - t0
-    return record, graph, candidate
+    return record
 
 
-def _rolled_back(record: PassRecord, reason: str, last_good: onnx.ModelProto, t0: float):
+def _rolled_back(record: PassRecord, reason: str, state: _State, t0: float) -> PassRecord:
     record.status = ROLLED_BACK
     record.rollback_reason = reason
     if not record.check:
         record.check = "not run"
-    graph = to_graph(last_good)
-    record.nodes_after = count_nodes(graph)
+    state.roll_back()
+    record.nodes_after = count_nodes(state.graph)
     record.seconds = time.perf_counter() - t0
-    return record, graph, last_good
+    return record
