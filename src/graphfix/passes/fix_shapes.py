@@ -13,12 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import onnx
 import onnx_graphsurgeon as gs
 
 from graphfix.check.inputs import parse_input_shape
 from graphfix.errors import GraphfixError
-from graphfix.graph import all_graphs
+from graphfix.graph.shapes import infer_shapes
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
 
 
@@ -79,7 +78,7 @@ class FixShapes(Pass):
         if not result.counts:
             result.notes.append(Note("graph", "every input shape is already static"))
             return result
-        _reinfer(graph)
+        infer_shapes(graph, clear=True)
         result.changed = True
         return result
 
@@ -95,38 +94,3 @@ def _check_fits(t: gs.Tensor, shape: tuple[int, ...]) -> None:
             "the rank and every static dim must match",
             "fill in only the dynamic dims",
         )
-
-
-def _reinfer(graph: gs.Graph) -> None:
-    """Clear every non-input shape, infer shapes on the exported model, copy them back."""
-    keep = {id(t) for g in all_graphs(graph) if g is not graph for t in g.inputs}
-    keep |= {id(t) for t in graph.inputs}
-    for g in all_graphs(graph):
-        for t in g.tensors().values():
-            if isinstance(t, gs.Variable) and id(t) not in keep:
-                t.shape = None
-    model = gs.export_onnx(graph, do_type_check=False)
-    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
-    shapes = {}
-    for g in _graph_protos(inferred.graph):
-        for vi in list(g.value_info) + list(g.output):
-            if vi.type.tensor_type.HasField("shape"):
-                shapes[vi.name] = [
-                    d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                    for d in vi.type.tensor_type.shape.dim
-                ]
-    for g in all_graphs(graph):
-        for t in g.tensors().values():
-            if isinstance(t, gs.Variable) and id(t) not in keep and t.name in shapes:
-                t.shape = shapes[t.name]
-
-
-def _graph_protos(g: onnx.GraphProto):
-    yield g
-    for node in g.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _graph_protos(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from _graph_protos(sub)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import count_nodes
+from graphfix.graph.shapes import infer_shapes
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
 
 
@@ -42,6 +43,10 @@ class FoldConstants(Pass):
 
         before = count_nodes(graph)
         graph.toposort()
+        if self.options.shapes:
+            # gs folds Shape only where the graph already knows the shape; exporters
+            # often write none for intermediates, so infer them first.
+            infer_shapes(graph)
         # gs evaluates each subgraph as a model of its own, exported with the graph's
         # ir_version; subgraphs have none, so onnx's newest would be written, which
         # the installed onnxruntime may refuse (and folding silently does nothing).
