@@ -51,3 +51,22 @@ def test_folds_inside_if_branches():
     x = np.random.default_rng(1).standard_normal(3).astype(np.float32)
     for cond in (True, False):
         assert_same_outputs(model, out, {"c": np.array(cond), "x": x}, rtol=0, atol=0)
+
+
+def test_shape_of_an_intermediate_without_value_info_is_folded():
+    model = parse(HEADER + """
+    g (float[2,3,4] x) => (float[2,12] y) {
+        r = Relu(x)
+        s = Shape(r)
+        zero = Constant <value = int64[1] {0}> ()
+        n = Gather <axis = 0> (s, zero)
+        twelve = Constant <value = int64[1] {12}> ()
+        shape = Concat <axis = 0> (n, twelve)
+        y = Reshape(r, shape)
+    }""")
+    assert not model.graph.value_info
+    out, result = apply(FoldConstants(), model)
+    assert ops(out) == ["Relu", "Reshape"]
+    assert_same_outputs(model, out, feeds_for(model), rtol=0, atol=0)
+    out, _ = apply(FoldConstants(FoldConstantsOptions(shapes=False)), model)
+    assert "Shape" in ops(out)
