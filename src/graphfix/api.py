@@ -58,8 +58,8 @@ def run(
     else:
         source = io.load(model)
     given = {k: tuple(int(d) for d in v) for k, v in (input_shapes or {}).items()}
-    for spec, pass_ in zip(pipeline.specs, pipeline.build(), strict=True):
-        for name, shape in pass_.implied_input_shapes().items():
+    for spec in pipeline.pass_specs():
+        for name, shape in spec.build().implied_input_shapes().items():
             if given.setdefault(name, shape) != shape:
                 raise GraphfixError(
                     f"{spec} sets input '{name}' to {'x'.join(map(str, shape))}, but "

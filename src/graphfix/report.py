@@ -31,6 +31,8 @@ class PassRecord:
     max_abs_error: float | None = None
     rollback_reason: str = ""
     traceback: str = ""
+    preset: str = ""
+    round: int = 0
 
     def did(self) -> str:
         if self.status == ROLLED_BACK:
@@ -60,6 +62,7 @@ class Report:
     check: CheckInfo
     verify_notes: list[str] = field(default_factory=list)
     renamed: dict[str, str] = field(default_factory=dict)
+    rounds: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     input: dict[str, Any] = field(default_factory=dict)
     output: dict[str, Any] = field(default_factory=dict)

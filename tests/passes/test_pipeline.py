@@ -21,7 +21,8 @@ def test_whitespace_is_ignored_and_printing_is_canonical():
 
 
 def test_options_reach_the_pass():
-    (pass_,) = parse_pipeline("fold-constants{size-threshold=1024,shapes=false}").build()
+    (spec,) = parse_pipeline("fold-constants{size-threshold=1024,shapes=false}").pass_specs()
+    pass_ = spec.build()
     assert pass_.options.size_threshold == 1024
     assert pass_.options.shapes is False
 

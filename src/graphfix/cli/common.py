@@ -54,6 +54,9 @@ def user_errors(ctx: typer.Context) -> Iterator[None]:
 def pass_table(report: Report) -> Table:
     table = Table(title=f"graphfix run: {report.pipeline}", title_justify="left")
     table.add_column("#", justify="right")
+    rounds = any(rec.preset for rec in report.passes)
+    if rounds:
+        table.add_column("round", justify="right")
     table.add_column("pass")
     table.add_column("time", justify="right")
     table.add_column("nodes", justify="right")
@@ -63,6 +66,7 @@ def pass_table(report: Report) -> Table:
         style = {APPLIED: "green", ROLLED_BACK: "red"}.get(rec.status, "dim")
         table.add_row(
             str(rec.index + 1),
+            *([f"{rec.preset} {rec.round}" if rec.preset else ""] if rounds else []),
             rec.spec,
             f"{rec.seconds * 1000:.0f} ms",
             f"{rec.nodes_before} → {rec.nodes_after}",
@@ -75,8 +79,10 @@ def pass_table(report: Report) -> Table:
 
 def print_report(report: Report, show_traceback: bool = False) -> None:
     console.print(pass_table(report))
+    for name, count in report.rounds.items():
+        console.print(f"{name}: {count} round{'s' if count > 1 else ''}", markup=False)
     for note in report.verify_notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", markup=False)
     if not report.check.enabled:
         console.print(f"numerical check skipped: {report.check.skipped_reason}")
     for rec in report.passes:

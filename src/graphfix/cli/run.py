@@ -71,8 +71,9 @@ def run_command(
         out = output or default_output(model)
         pipeline = parse_pipeline(passes)
         if dump_after and dump_after != "all":
-            if dump_after not in {s.name for s in pipeline.specs} | {str(s) for s in
-                                                                     pipeline.specs}:
+            names = {s.name for s in pipeline.pass_specs()} | {str(s) for s in
+                                                              pipeline.pass_specs()}
+            if dump_after not in names:
                 raise GraphfixError(
                     f"--dump-after names '{dump_after}', which is not in the pipeline",
                     f"the pipeline is {pipeline}",

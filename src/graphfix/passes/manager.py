@@ -30,7 +30,7 @@ from graphfix.errors import GraphfixError
 from graphfix.graph import count_nodes, fingerprint, to_graph, to_model
 from graphfix.graph.skeleton import skeleton
 from graphfix.passes.base import Pass, PassContext
-from graphfix.passes.pipeline import Pipeline
+from graphfix.passes.pipeline import Pipeline, PresetSpec
 from graphfix.report import APPLIED, ROLLED_BACK, UNCHANGED, CheckInfo, PassRecord, Report
 
 PassCallback = Callable[[PassRecord, onnx.ModelProto], None]
@@ -94,10 +94,19 @@ def run_pipeline(
     on_pass_start: Callable[[int, str], None] | None = None,
     on_pass_done: PassCallback | None = None,
 ) -> tuple[onnx.ModelProto, Report]:
-    """Run every pass of `pipeline` on `model`; returns the verified result and a report."""
-    passes = pipeline.build()
-    steps = [(str(spec), p) for spec, p in zip(pipeline.specs, passes, strict=True)]
-    return run_passes(model, steps, output_check, ctx, on_pass_start, on_pass_done)
+    """Run every pass of `pipeline` on `model`; returns the verified result and a report.
+
+    A preset runs its passes in rounds until a round applies nothing, at most its
+    `max_rounds`; the report says how many rounds ran (and notes hitting the bound).
+    """
+    runner = _Runner(model, output_check, ctx, on_pass_start, on_pass_done)
+    for item in pipeline.specs:
+        if isinstance(item, PresetSpec):
+            steps = [(str(spec), spec.build()) for spec in item.pass_specs()]
+            runner.rounds(item.name, steps, item.preset.max_rounds)
+        else:
+            runner.step(str(item), item.build())
+    return runner.finish(str(pipeline))
 
 
 def run_passes(
@@ -109,37 +118,71 @@ def run_passes(
     on_pass_done: PassCallback | None = None,
 ) -> tuple[onnx.ModelProto, Report]:
     """Run configured passes, each named by its pipeline text (see the module docstring)."""
-    start = time.perf_counter()
-    ctx = ctx or PassContext()
-    verifier = Verifier.for_input(model)
-    state = _State(to_graph(model), model)
-    records: list[PassRecord] = []
-    for index, (spec, pass_) in enumerate(steps):
-        if on_pass_start:
-            on_pass_start(index, spec)
-        ran_before = [s for s, _ in steps[:index]]
-        record = _run_one(index, spec, pass_, state, ctx, verifier, output_check, ran_before)
-        records.append(record)
-        if on_pass_done:
-            on_pass_done(record, state.last_good)
-    check = CheckInfo(
-        enabled=output_check.enabled,
-        skipped_reason=output_check.skipped_reason,
-        inputs=output_check.describe_inputs(),
-        data=output_check.data,
-        seed=output_check.seed,
-        providers=list(output_check.providers),
-        tolerances=output_check.tolerances(),
-    )
-    report = Report(
-        pipeline=",".join(spec for spec, _ in steps),
-        passes=records,
-        check=check,
-        verify_notes=verifier.notes,
-        renamed=dict(ctx.renamed),
-        seconds=time.perf_counter() - start,
-    )
-    return state.last_good, report
+    runner = _Runner(model, output_check, ctx, on_pass_start, on_pass_done)
+    for spec, pass_ in steps:
+        runner.step(spec, pass_)
+    return runner.finish(",".join(spec for spec, _ in steps))
+
+
+class _Runner:
+    """One run: the state between passes, the records, and the verification settings."""
+
+    def __init__(self, model, output_check, ctx, on_pass_start, on_pass_done) -> None:
+        self.start = time.perf_counter()
+        self.output_check = output_check
+        self.ctx = ctx or PassContext()
+        self.on_pass_start = on_pass_start
+        self.on_pass_done = on_pass_done
+        self.verifier = Verifier.for_input(model)
+        self.state = _State(to_graph(model), model)
+        self.records: list[PassRecord] = []
+        self.rounds_run: dict[str, int] = {}
+        self.notes: list[str] = list(self.verifier.notes)
+
+    def step(self, spec: str, pass_: Pass, preset: str = "", round_: int = 0) -> PassRecord:
+        index = len(self.records)
+        if self.on_pass_start:
+            self.on_pass_start(index, spec)
+        ran_before = [r.spec for r in self.records]
+        record = _run_one(index, spec, pass_, self.state, self.ctx, self.verifier,
+                          self.output_check, ran_before)
+        record.preset, record.round = preset, round_
+        self.records.append(record)
+        if self.on_pass_done:
+            self.on_pass_done(record, self.state.last_good)
+        return record
+
+    def rounds(self, name: str, steps: list[tuple[str, Pass]], max_rounds: int) -> None:
+        for round_ in range(1, max_rounds + 1):
+            applied = [self.step(spec, p, name, round_).status == APPLIED for spec, p in steps]
+            self.rounds_run[name] = round_
+            if not any(applied):
+                return
+        self.notes.append(
+            f"{name} still changed the graph in round {max_rounds}, its last; "
+            "running it again may simplify further"
+        )
+
+    def finish(self, pipeline: str) -> tuple[onnx.ModelProto, Report]:
+        check = self.output_check
+        report = Report(
+            pipeline=pipeline,
+            passes=self.records,
+            check=CheckInfo(
+                enabled=check.enabled,
+                skipped_reason=check.skipped_reason,
+                inputs=check.describe_inputs(),
+                data=check.data,
+                seed=check.seed,
+                providers=list(check.providers),
+                tolerances=check.tolerances(),
+            ),
+            verify_notes=self.notes,
+            renamed=dict(self.ctx.renamed),
+            rounds=dict(self.rounds_run),
+            seconds=time.perf_counter() - self.start,
+        )
+        return self.state.last_good, report
 
 
 @dataclass

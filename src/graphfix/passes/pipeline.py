@@ -1,7 +1,8 @@
 """Pipeline text: `cleanup,fold-bn,fix-shapes{input=1x3x224x224}`.
 
 Grammar: items separated by commas; an item is a pass name, optionally followed
-by `{key=value,...}`. Whitespace around names, keys and values is ignored.
+by `{key=value,...}`, or the name of a preset (`trt-prep`), which runs its passes
+in rounds until a round changes nothing. Whitespace around names, keys and values is ignored.
 Printing a parsed pipeline gives back canonical text (no spaces), so
 `str(parse_pipeline(text)) == text` for canonical text.
 """
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 from graphfix.errors import GraphfixError
 from graphfix.passes.base import Pass
-from graphfix.passes.registry import get_pass
+from graphfix.passes.registry import PRESET_REGISTRY, Preset, get_pass
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 _KEY = re.compile(r"^[^\s=,{}]+$")
@@ -38,14 +39,38 @@ class PassSpec:
 
 
 @dataclass(frozen=True)
+class PresetSpec:
+    """A preset named in a pipeline: its passes, run in rounds until nothing changes."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def preset(self) -> Preset:
+        return PRESET_REGISTRY[self.name]
+
+    def pass_specs(self) -> tuple[PassSpec, ...]:
+        return tuple(PassSpec(name) for name in self.preset.passes)
+
+
+Item = PassSpec | PresetSpec
+
+
+@dataclass(frozen=True)
 class Pipeline:
-    specs: tuple[PassSpec, ...]
+    specs: tuple[Item, ...]
 
     def __str__(self) -> str:
         return ",".join(str(s) for s in self.specs)
 
-    def build(self) -> list[Pass]:
-        return [s.build() for s in self.specs]
+    def pass_specs(self) -> list[PassSpec]:
+        """Every pass the pipeline runs (presets expanded, each round counted once)."""
+        out: list[PassSpec] = []
+        for item in self.specs:
+            out.extend(item.pass_specs() if isinstance(item, PresetSpec) else (item,))
+        return out
 
 
 def parse_pipeline(text: str) -> Pipeline:
@@ -68,9 +93,14 @@ def parse_pipeline(text: str) -> Pipeline:
                 raise _syntax(text, pos, "'{' is never closed")
             options = _parse_options(text, pos + 1, end)
             pos = _skip_ws(text, end + 1)
-        spec = PassSpec(name, options)
-        spec.build()
-        specs.append(spec)
+        if name in PRESET_REGISTRY:
+            if options:
+                raise _syntax(text, pos, f"preset '{name}' takes no options")
+            specs.append(PresetSpec(name))
+        else:
+            spec = PassSpec(name, options)
+            spec.build()
+            specs.append(spec)
         if pos < len(text):
             if text[pos] != ",":
                 raise _syntax(text, pos, "expected ',' between passes")

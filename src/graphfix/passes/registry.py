@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 
 from graphfix.errors import GraphfixError, InternalError
 from graphfix.passes.base import Pass, check_pass_class
@@ -17,6 +18,20 @@ PASSES: tuple[type[Pass], ...] = (
     FoldBatchNorm,
     FixShapes,
 )
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named pipeline of passes, repeated until a round changes nothing (at most
+    `max_rounds` rounds). Written in pipeline text by its name alone."""
+
+    name: str
+    summary: str
+    passes: tuple[str, ...]
+    max_rounds: int = 1
+
+
+PRESETS: tuple[Preset, ...] = ()
 
 DEFAULT_PIPELINE = "cleanup,fold-constants,fold-bn,cleanup"
 
@@ -38,15 +53,36 @@ def build_registry(classes: tuple[type[Pass], ...]) -> dict[str, type[Pass]]:
 REGISTRY: dict[str, type[Pass]] = build_registry(PASSES)
 
 
+def build_presets(
+    presets: tuple[Preset, ...], registry: dict[str, type[Pass]]
+) -> dict[str, Preset]:
+    """Name -> preset; a name shared with a pass or another preset, or a preset naming an
+    unknown pass, is a programming error."""
+    found: dict[str, Preset] = {}
+    for preset in presets:
+        if preset.name in registry or preset.name in found:
+            raise InternalError(f"preset '{preset.name}' reuses the name of a pass or preset")
+        unknown = [p for p in preset.passes if p not in registry]
+        if unknown or not preset.passes or preset.max_rounds < 1:
+            raise InternalError(f"preset '{preset.name}' is malformed (unknown: {unknown})")
+        found[preset.name] = preset
+    return found
+
+
+PRESET_REGISTRY: dict[str, Preset] = build_presets(PRESETS, REGISTRY)
+
+
 def get_pass(name: str) -> type[Pass]:
     """The pass class named `name`; an unknown name is a user error with suggestions."""
     try:
         return REGISTRY[name]
     except KeyError:
-        close = difflib.get_close_matches(name, list(REGISTRY), n=3, cutoff=0.5)
+        names = list(REGISTRY) + list(PRESET_REGISTRY)
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
         hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+        presets = f"; the presets are: {', '.join(PRESET_REGISTRY)}" if PRESET_REGISTRY else ""
         raise GraphfixError(
             f"Unknown pass '{name}'{hint}",
-            f"the passes are: {', '.join(REGISTRY)}",
+            f"the passes are: {', '.join(REGISTRY)}{presets}",
             "fix the name, or run `graphfix passes` to list every pass with its options",
         ) from None

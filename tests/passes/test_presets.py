@@ -1,0 +1,95 @@
+"""Presets: a named pipeline run in rounds until nothing changes."""
+
+import pytest
+from gfhelpers import ops, parse
+
+from graphfix.check.inputs import graph_inputs, resolve_shapes
+from graphfix.check.outputs import OutputCheck
+from graphfix.errors import GraphfixError, InternalError
+from graphfix.graph import bypass
+from graphfix.passes import registry
+from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
+from graphfix.passes.manager import run_pipeline
+from graphfix.passes.pipeline import parse_pipeline
+from graphfix.passes.registry import Preset, build_presets
+from graphfix.report import APPLIED, UNCHANGED
+
+MODEL = '<ir_version: 8, opset_import: ["" : 17]>' + """
+g (float[2,3] x) => (float[2,3] y) {
+    a = Identity(x)
+    b = Identity(a)
+    c = Identity(b)
+    y = Relu(c)
+}"""
+
+
+class RemoveOneIdentity(Pass):
+    """Removes one Identity per run, so a preset needs several rounds."""
+
+    name = "remove-one-identity"
+    summary = "test only"
+    Options = NoOptions
+
+    def run(self, graph, ctx):
+        for node in graph.nodes:
+            if node.op == "Identity" and node.outputs:
+                bypass(graph, node)
+                return PassResult(changed=True, counts={"removed Identity": 1})
+        return PassResult(changed=False, notes=[Note("graph", "no Identity")])
+
+
+@pytest.fixture
+def preset(monkeypatch):
+    def make(max_rounds):
+        monkeypatch.setitem(registry.REGISTRY, RemoveOneIdentity.name, RemoveOneIdentity)
+        monkeypatch.setitem(registry.PRESET_REGISTRY, "peel", Preset(
+            "peel", "test preset", ("remove-one-identity", "fold-bn"), max_rounds))
+    return make
+
+
+def run(text, model):
+    inputs = graph_inputs(model)
+    check = OutputCheck.prepare(model, resolve_shapes(inputs))
+    return run_pipeline(model, parse_pipeline(text), check, PassContext())
+
+
+def test_preset_runs_rounds_until_nothing_changes(preset):
+    preset(max_rounds=10)
+    model = parse(MODEL)
+    out, report = run("peel", model)
+    assert ops(out) == ["Relu"]
+    assert report.rounds == {"peel": 4}
+    assert [(r.round, r.spec, r.status) for r in report.passes] == [
+        (1, "remove-one-identity", APPLIED), (1, "fold-bn", UNCHANGED),
+        (2, "remove-one-identity", APPLIED), (2, "fold-bn", UNCHANGED),
+        (3, "remove-one-identity", APPLIED), (3, "fold-bn", UNCHANGED),
+        (4, "remove-one-identity", UNCHANGED), (4, "fold-bn", UNCHANGED),
+    ]
+    assert all(r.preset == "peel" for r in report.passes)
+    assert report.pipeline == "peel"
+    assert not any("round" in n for n in report.verify_notes)
+
+
+def test_preset_stops_at_its_bound_and_says_so(preset):
+    preset(max_rounds=2)
+    out, report = run("peel,fold-bn", parse(MODEL))
+    assert report.rounds == {"peel": 2}
+    assert ops(out) == ["Identity", "Relu"]
+    assert any("still changed the graph in round 2" in n for n in report.verify_notes)
+    assert report.passes[-1].preset == "" and report.passes[-1].spec == "fold-bn"
+
+
+def test_preset_text_round_trips_and_takes_no_options(preset):
+    preset(max_rounds=3)
+    assert str(parse_pipeline("cleanup,peel,fold-bn")) == "cleanup,peel,fold-bn"
+    names = [s.name for s in parse_pipeline("peel,cleanup").pass_specs()]
+    assert names == ["remove-one-identity", "fold-bn", "cleanup"]
+    with pytest.raises(GraphfixError, match="takes no options"):
+        parse_pipeline("peel{x=1}")
+
+
+def test_malformed_presets_are_programming_errors():
+    with pytest.raises(InternalError, match="reuses the name"):
+        build_presets((Preset("cleanup", "x", ("fold-bn",)),), registry.REGISTRY)
+    with pytest.raises(InternalError, match="malformed"):
+        build_presets((Preset("p", "x", ("no-such-pass",)),), registry.REGISTRY)
