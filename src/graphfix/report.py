@@ -63,6 +63,7 @@ class Report:
     verify_notes: list[str] = field(default_factory=list)
     renamed: dict[str, str] = field(default_factory=dict)
     rounds: dict[str, int] = field(default_factory=dict)
+    explain: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     input: dict[str, Any] = field(default_factory=dict)
     output: dict[str, Any] = field(default_factory=dict)

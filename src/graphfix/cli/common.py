@@ -77,6 +77,24 @@ def pass_table(report: Report) -> Table:
     return table
 
 
+def print_explain(section: dict, shown: int = 20) -> None:
+    """The --explain section: chain counts before -> after, then each broken chain."""
+    before, after = section["before"], section["after"]
+    counts = ", ".join(f"{k} {before[k]} → {after[k]}" for k in after)
+    console.print(f"Conv chains (TensorRT fusion): {counts}", markup=False)
+    broken = section["broken"]
+    if not broken:
+        return
+    table = Table(title="chains still broken", title_justify="left")
+    for col in ("conv", "in the way", "why", "fix"):
+        table.add_column(col)
+    for chain in broken[:shown]:
+        table.add_row(chain["conv"], chain["blocker"], chain["reason"], chain["fix"] or "-")
+    console.print(table)
+    if len(broken) > shown:
+        console.print(f"... {len(broken) - shown} more (see --report)", markup=False)
+
+
 def print_report(report: Report, show_traceback: bool = False) -> None:
     console.print(pass_table(report))
     for name, count in report.rounds.items():

@@ -11,8 +11,9 @@ import typer
 
 from graphfix import api, io
 from graphfix.check.inputs import DEFAULT_SEED, parse_input_shape
-from graphfix.cli.common import EXIT_FAILED, console, print_report, user_errors
+from graphfix.cli.common import EXIT_FAILED, console, print_explain, print_report, user_errors
 from graphfix.errors import GraphfixError
+from graphfix.explain import explain_change
 from graphfix.passes.pipeline import parse_pipeline
 from graphfix.passes.registry import DEFAULT_PIPELINE
 from graphfix.report import PassRecord, Report
@@ -65,6 +66,12 @@ def run_command(
         help="Store weights in <output>.data [default: only when over 2 GB].",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON, not a table."),
+    explain: bool = typer.Option(
+        False, "--explain",
+        help="Show which Conv -> (bias) -> activation chains TensorRT can fuse after the run, "
+        "and for each broken one the node in the way, why, and the pass that fixes it "
+        "(also in the JSON report).",
+    ),
 ) -> None:
     """Rewrite MODEL with a pipeline of passes, verifying the numbers after each pass."""
     with user_errors(ctx):
@@ -100,6 +107,8 @@ def run_command(
         io.save(result.model, out, external_data=external_data, input_path=model,
                 in_place=in_place)
         rep = result.report
+        if explain:
+            rep.explain = explain_change(source, result.model)
         if report or as_json:
             _fill_files(rep, model, out)
         if report:
@@ -108,6 +117,8 @@ def run_command(
             print(json.dumps(rep.to_json(), indent=2))
         else:
             print_report(rep, show_traceback=bool(ctx.obj and ctx.obj.debug))
+            if explain:
+                print_explain(rep.explain)
             console.print(
                 f"wrote {out} ({rep.nodes_before} → {rep.nodes_after} nodes, "
                 f"{rep.seconds:.2f} s)", markup=False

@@ -1,0 +1,148 @@
+"""`graphfix run --explain`: which Conv -> (bias) -> activation chains TensorRT can fuse.
+
+TensorRT fuses a convolution with its bias and activation into one kernel, but only
+when nothing sits between them: a bias `Add`, a `Mul` from a decomposed BatchNorm,
+an `Identity`, a second reader of the conv output (../shared/DESIGN.md, "TensorRT
+facts"). This module walks every Conv / ConvTranspose of a model (subgraphs too)
+and classifies what follows it:
+
+- `fusible`: the conv feeds exactly one activation;
+- `residual`: the conv feeds an `Add` with a non-constant operand (a skip
+  connection, which TensorRT handles as Conv+Add(+activation) per
+  ../shared/trt/calibration_notes.md, placement rule 4);
+- `no activation`: nothing activation-like follows (pooling, concat, an output);
+- `broken`: something is in the way of an activation, or of the bias — the node in
+  the way, why, and the graphfix pass that removes it when there is one.
+
+Which activation ops TensorRT fuses is not in ../shared/trt/ data and was not
+checked on TensorRT here; the list below is ONNX's activation ops that the parser
+maps to activation layers, and the report says "activation" rather than
+promising a fusion for each one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+import onnx
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import all_graphs, constant_value, is_graph_output, is_onnx, node_label
+from graphfix.graph.convert import to_graph
+
+CONVS = ("Conv", "ConvTranspose")
+ACTIVATIONS = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "HardSwish",
+               "Elu", "Selu", "Softplus", "ThresholdedRelu", "PRelu")
+# What sits in the way, and the pass that removes it.
+_IN_THE_WAY = {
+    "BatchNormalization": ("a BatchNormalization between the conv and what follows", "fold-bn"),
+    "Identity": ("an Identity does nothing but stops the fusion", "eliminate-noops"),
+    "Dropout": ("an inference Dropout does nothing but stops the fusion", "eliminate-noops"),
+    "Cast": ("a Cast sits between the conv and the activation", "eliminate-noops"),
+    "Reshape": ("a Reshape sits between the conv and the activation", "eliminate-noops"),
+    "Transpose": ("a Transpose sits between the conv and the activation", "eliminate-noops"),
+}
+_SCALE_OPS = {"Mul": "fuse-conv-mul", "Div": "fuse-conv-mul",
+              "Add": "fuse-conv-bias", "Sub": "fuse-conv-bias"}
+
+
+@dataclass(frozen=True)
+class Chain:
+    """One conv and what follows it."""
+
+    conv: str
+    kind: str  # fusible | residual | no activation | broken
+    path: tuple[str, ...]
+    blocker: str = ""
+    reason: str = ""
+    fix: str = ""
+
+
+@dataclass
+class Explanation:
+    chains: list[Chain]
+
+    def counts(self) -> dict[str, int]:
+        counts = Counter(c.kind for c in self.chains)
+        return {k: counts.get(k, 0) for k in ("fusible", "residual", "no activation", "broken")}
+
+    def broken(self) -> list[Chain]:
+        return [c for c in self.chains if c.kind == "broken"]
+
+    def to_json(self) -> dict:
+        return {"counts": self.counts(), "broken": [asdict(c) for c in self.broken()]}
+
+
+def explain_change(before: onnx.ModelProto, after: onnx.ModelProto) -> dict:
+    """The report section: chain counts before and after a run, and what is still broken."""
+    old, new = explain(before), explain(after)
+    return {"before": old.counts(), "after": new.counts(),
+            "broken": new.to_json()["broken"]}
+
+
+def explain(model: onnx.ModelProto | gs.Graph) -> Explanation:
+    """Classify every Conv/ConvTranspose chain of the model (see the module docstring)."""
+    graph = model if isinstance(model, gs.Graph) else to_graph(model)
+    chains = []
+    for g in all_graphs(graph):
+        for node in g.nodes:
+            if is_onnx(node, *CONVS) and node.outputs:
+                chains.append(_classify(g, node))
+    return Explanation(chains)
+
+
+def _classify(g: gs.Graph, conv: gs.Node) -> Chain:
+    label = node_label(conv)
+    out = conv.outputs[0]
+    readers = list(out.outputs)
+    if is_graph_output(g, out) or not readers:
+        return Chain(label, "no activation", (conv.op,))
+    if len(readers) > 1:
+        acts = [r for r in readers if is_onnx(r, *ACTIVATIONS)]
+        if acts:
+            return Chain(label, "broken", (conv.op, acts[0].op), node_label(acts[0]),
+                         f"the conv output is read by {len(readers)} nodes, so it must stay "
+                         "a tensor of its own and the activation cannot be fused", "")
+        return Chain(label, "no activation", (conv.op,))
+    nxt = readers[0]
+    path = (conv.op, nxt.op)
+    if is_onnx(nxt, *ACTIVATIONS):
+        reason = _activation_problem(nxt)
+        if reason:
+            return Chain(label, "broken", path, node_label(nxt), reason, "")
+        return Chain(label, "fusible", path)
+    if is_onnx(nxt, *_SCALE_OPS):
+        return _elementwise(label, conv, nxt, path)
+    if is_onnx(nxt, *_IN_THE_WAY):
+        reason, fix = _IN_THE_WAY[nxt.op]
+        return Chain(label, "broken", path, node_label(nxt), reason, fix)
+    return Chain(label, "no activation", path)
+
+
+def _elementwise(label: str, conv: gs.Node, node: gs.Node, path: tuple[str, ...]) -> Chain:
+    other = [t for t in node.inputs if t is not conv.outputs[0]]
+    if not other:
+        return Chain(label, "no activation", path)
+    if constant_value(other[0]) is None:
+        if node.op == "Add":
+            return Chain(label, "residual", path)
+        return Chain(label, "broken", path, node_label(node),
+                     f"a {node.op} by a non-constant tensor sits between the conv and what "
+                     "follows", "")
+    if node.op in ("Add", "Sub"):
+        reason = f"the bias is a separate {node.op} of a constant, not the conv's bias input"
+    else:
+        reason = (f"a {node.op} by a constant (e.g. a decomposed BatchNorm) sits after the "
+                  "conv instead of being folded into its weights")
+    return Chain(label, "broken", path, node_label(node), reason, _SCALE_OPS[node.op])
+
+
+def _activation_problem(act: gs.Node) -> str:
+    if act.op == "Clip":
+        bounds = [t for t in act.inputs[1:] if t.name]
+        if any(constant_value(t) is None for t in bounds):
+            return "the Clip's bounds are not constants"
+    if act.op == "PRelu" and constant_value(act.inputs[1]) is None:
+        return "the PRelu slope is not a constant"
+    return ""

@@ -1,0 +1,102 @@
+import json
+
+import numpy as np
+import onnx
+from gfhelpers import parse
+from typer.testing import CliRunner
+
+import graphfix
+from graphfix import samples
+from graphfix.cli.app import app
+from graphfix.explain import explain, explain_change
+
+HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
+WEIGHTS = """<float[4,4,1,1] w = {1.0,0.0,0.0,0.0, 0.0,1.0,0.0,0.0, 0.0,0.0,1.0,0.0,
+                                   0.0,0.0,0.0,1.0}, float[4,1,1] b = {1.0,2.0,3.0,4.0}>"""
+
+
+def kinds(text):
+    return {(c.conv, c.kind, c.blocker, c.fix) for c in explain(parse(HEADER + text)).chains}
+
+
+def test_fusible_residual_and_no_activation():
+    found = kinds("""
+    g (float[1,4,3,3] x) => (float[1,4,3,3] y, float[1,4,1,1] z) """ + WEIGHTS + """ {
+        c1 = Conv <kernel_shape = [1, 1]> (x, w)
+        r1 = Relu(c1)
+        c2 = Conv <kernel_shape = [1, 1]> (r1, w)
+        y = Add(c2, r1)
+        c3 = Conv <kernel_shape = [1, 1]> (x, w)
+        z = GlobalMaxPool(c3)
+    }""")
+    assert found == {("Conv 'c1'", "fusible", "", ""), ("Conv 'c2'", "residual", "", ""),
+                     ("Conv 'c3'", "no activation", "", "")}
+
+
+def test_broken_chains_name_the_node_in_the_way_and_the_fix():
+    found = kinds("""
+    g (float[1,4,3,3] x, float[1] hi) => (float[1,4,3,3] y1, float[1,4,3,3] y2,
+        float[1,4,3,3] y3, float[1,4,3,3] y4) """ + WEIGHTS + """ {
+        c1 = Conv <kernel_shape = [1, 1]> (x, w)
+        a1 = Add(c1, b)
+        y1 = Relu(a1)
+        c2 = Conv <kernel_shape = [1, 1]> (x, w)
+        m2 = Mul(c2, b)
+        y2 = Relu(m2)
+        c3 = Conv <kernel_shape = [1, 1]> (x, w)
+        i3 = Identity(c3)
+        y3 = Relu(i3)
+        c4 = Conv <kernel_shape = [1, 1]> (x, w)
+        zero = Constant <value = float[1] {0.0}> ()
+        y4 = Clip(c4, zero, hi)
+    }""")
+    assert found == {
+        ("Conv 'c1'", "broken", "Add 'a1'", "fuse-conv-bias"),
+        ("Conv 'c2'", "broken", "Mul 'm2'", "fuse-conv-mul"),
+        ("Conv 'c3'", "broken", "Identity 'i3'", "eliminate-noops"),
+        ("Conv 'c4'", "broken", "Clip 'y4'", ""),
+    }
+
+
+def test_second_reader_breaks_the_activation():
+    (chain,) = explain(parse(HEADER + """
+    g (float[1,4,3,3] x) => (float[1,4,3,3] y, float[1,4,3,3] z) """ + WEIGHTS + """ {
+        c = Conv <kernel_shape = [1, 1]> (x, w)
+        y = Relu(c)
+        z = Neg(c)
+    }""")).chains
+    assert chain.kind == "broken" and "read by 2 nodes" in chain.reason
+
+
+def test_chains_inside_if_branches_are_found():
+    model = parse(HEADER + """
+    g (bool cond, float[1,4,3,3] x) => (float[1,4,3,3] y) """ + WEIGHTS + """ {
+        y = If(cond) <
+            then_branch = t () => (float[1,4,3,3] ty) {
+                c = Conv <kernel_shape = [1, 1]> (x, w)
+                ty = Relu(c) },
+            else_branch = e () => (float[1,4,3,3] ey) { ey = Neg(x) }
+        >
+    }""")
+    assert [c.kind for c in explain(model).chains] == ["fusible"]
+
+
+def test_explain_change_counts_before_and_after():
+    model = samples.conv_bn_relu_residual()
+    result = graphfix.run(model, check=False)
+    section = explain_change(model, result.model)
+    assert section["before"]["broken"] == 3  # BN after each conv
+    assert section["after"]["broken"] == 0
+    assert section["after"]["fusible"] == 2 and section["after"]["residual"] == 1
+
+
+def test_cli_explain_prints_and_reports(tmp_path):
+    src = tmp_path / "m.onnx"
+    onnx.save(samples.conv_bn_relu_residual(), src)
+    rep = tmp_path / "r.json"
+    result = CliRunner().invoke(app, ["run", str(src), "--explain", "--report", str(rep)])
+    assert result.exit_code == 0, result.output
+    assert "Conv chains" in result.stdout and "broken 3 → 0" in result.stdout
+    data = json.loads(rep.read_text())
+    assert data["explain"]["after"]["fusible"] == 2
+    assert np.isfinite(data["seconds"])
