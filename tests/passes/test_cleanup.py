@@ -137,3 +137,21 @@ def test_nothing_to_do_says_why(opset):
     model = parse(f'<ir_version: 8, opset_import: ["" : {opset}]>' + """
     g (float[3] x) => (float[3] y) { y = Relu(x) }""")
     assert_idempotent(Cleanup(), model)
+
+
+def test_dropout_before_opset_7_is_training_unless_is_test():
+    from onnx import TensorProto, helper
+
+    def model(**attrs):
+        g = helper.make_graph(
+            [helper.make_node("Dropout", ["x"], ["d"], **attrs),
+             helper.make_node("Neg", ["d"], ["y"])],
+            "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 6)], ir_version=3)
+
+    out, result = apply(Cleanup(), model())
+    assert ops(out) == ["Dropout", "Neg"]
+    assert any("default before opset 7" in n.reason for n in result.notes)
+    out, _ = apply(Cleanup(), model(is_test=1))
+    assert ops(out) == ["Neg"]

@@ -2,9 +2,9 @@
 
 - dead nodes and unused initializers (onnx-graphsurgeon's cleanup; graph inputs are kept);
 - `Identity(x) -> x`;
-- inference-mode `Dropout(x) -> x` (opset < 12: always inference in an exported
-  graph; opset >= 12: when `training_mode` is absent or a constant false), provided
-  its `mask` output is unused.
+- inference-mode `Dropout(x) -> x` (opset < 7: when `is_test=1`, its default being 0;
+  opset 7-11: always inference; opset >= 12: when `training_mode` is absent or a
+  constant false), provided its `mask` output is unused.
 
 Graph output names are kept: when the removed node writes a graph output, the
 producer of its input takes that output's name. Recurses into If/Loop/Scan bodies.
@@ -23,6 +23,7 @@ from graphfix.graph import (
     count_nodes,
     is_onnx,
     node_label,
+    opset_of,
 )
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
 
@@ -45,9 +46,10 @@ class Cleanup(Pass):
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
+        opset = opset_of(graph)
         for g in all_graphs(graph):
             for node in list(g.nodes):
-                reason = self._removable(node)
+                reason = self._removable(node, opset)
                 if reason is None:
                     why = bypass(g, node)
                     if why is None:
@@ -66,7 +68,7 @@ class Cleanup(Pass):
             result.notes.append(Note("graph", "no dead node, Identity or inference Dropout"))
         return result
 
-    def _removable(self, node: gs.Node) -> str | None:
+    def _removable(self, node: gs.Node, opset: int) -> str | None:
         """None if the node can go, a reason if it is a candidate that must stay, '' otherwise."""
         if is_onnx(node, "Identity") and self.options.identity:
             return None
@@ -78,8 +80,8 @@ class Cleanup(Pass):
                 return "its training_mode input is not a constant"
             if bool(mode.reshape(-1)[0]):
                 return "it is in training mode"
-        if node.attrs.get("is_test", 1) == 0:
-            return "it is in training mode (is_test=0)"
+        if opset < 7 and not node.attrs.get("is_test", 0):
+            return "it is in training mode (is_test=0, the default before opset 7)"
         if len(node.outputs) > 1 and node.outputs[1].outputs:
             return "its mask output is used"
         return None
