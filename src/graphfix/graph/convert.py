@@ -6,11 +6,24 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.logger import G_LOGGER
 
+from graphfix.graph.walk import all_graphs
+
 
 def to_graph(model: onnx.ModelProto) -> gs.Graph:
-    """Import a model into onnx-graphsurgeon (weights stay lazy, not copied)."""
+    """Import a model into onnx-graphsurgeon (weights stay lazy, not copied).
+
+    Negative dim values, which some exporters (paddle2onnx) write for "unknown" although
+    ONNX dims are >= 0, become unknown dims, so shape inference does not see a conflict.
+    """
     with G_LOGGER.suppress():
-        return gs.import_onnx(model)
+        graph = gs.import_onnx(model)
+    for g in all_graphs(graph):
+        for t in g.tensors().values():
+            if isinstance(t, gs.Variable) and t.shape is not None and any(
+                isinstance(d, int) and d < 0 for d in t.shape
+            ):
+                t.shape = [None if isinstance(d, int) and d < 0 else d for d in t.shape]
+    return graph
 
 
 def to_model(graph: gs.Graph, like: onnx.ModelProto) -> onnx.ModelProto:

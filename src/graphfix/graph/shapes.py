@@ -18,32 +18,49 @@ def infer_shapes(graph: gs.Graph, clear: bool = False) -> int:
     """Run ONNX shape inference (with data propagation) and store the shapes it finds.
 
     With `clear`, every tensor's shape except the graphs' inputs is dropped first, so
-    stale shapes (after an input shape changed) cannot survive. Otherwise a tensor
-    takes the inferred shape only where that is more static than what it has.
-    Inference runs on a weightless skeleton of the exported graph. Returns how many
-    tensors got a new shape.
+    stale shapes (after an input shape changed) cannot survive; graph outputs that
+    inference cannot work out get their old shape back. Otherwise a tensor takes the
+    inferred shape only where that is more static than what it has. Inference runs
+    on a weightless skeleton of the exported graph. Returns how many tensors got a
+    new shape.
     """
-    keep = {id(t) for g in all_graphs(graph) for t in g.inputs}
-    tensors = [t for g in all_graphs(graph) for t in g.tensors().values()
-               if isinstance(t, gs.Variable) and id(t) not in keep]
+    outputs = {id(t): t.shape for g in all_graphs(graph) for t in g.outputs}
     if clear:
-        for t in tensors:
+        for t in _inner_variables(graph):
             t.shape = None
     with G_LOGGER.suppress():
         model = gs.export_onnx(graph, do_type_check=False)
     inferred = onnx.shape_inference.infer_shapes(skeleton(model), data_prop=True)
+    updated = apply_inferred(graph, inferred)
+    for g in all_graphs(graph):
+        for t in g.outputs:
+            if t.shape is None and outputs.get(id(t)) is not None:
+                t.shape = outputs[id(t)]
+    return updated
+
+
+def apply_inferred(graph: gs.Graph, inferred: onnx.ModelProto) -> int:
+    """Copy shapes from a shape-inferred export of `graph` onto its tensors, where they
+    are more static than what the tensors have. Returns how many tensors changed."""
     shapes = {}
     for g in _graph_protos(inferred.graph):
         for vi in list(g.value_info) + list(g.output):
             if vi.type.tensor_type.HasField("shape"):
                 shapes[vi.name] = [_dim(d) for d in vi.type.tensor_type.shape.dim]
     updated = 0
-    for t in tensors:
+    for t in _inner_variables(graph):
         new = shapes.get(t.name)
         if new is not None and _static_count(new) > _static_count(t.shape):
             t.shape = new
             updated += 1
     return updated
+
+
+def _inner_variables(graph: gs.Graph) -> list[gs.Variable]:
+    """Every non-constant tensor that is not an input of the graph or of a subgraph."""
+    inputs = {id(t) for g in all_graphs(graph) for t in g.inputs}
+    return [t for g in all_graphs(graph) for t in g.tensors().values()
+            if isinstance(t, gs.Variable) and id(t) not in inputs]
 
 
 def _dim(d: onnx.TensorShapeProto.Dimension) -> Dim:
