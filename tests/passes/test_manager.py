@@ -198,3 +198,19 @@ def test_input_shapes_reach_the_context():
                PassContext(input_shapes=shapes))
     assert seen == {"x": (1, 3)}
     assert feeds_for(model)["x"].shape == (1, 3)
+
+
+def test_passes_see_inferred_shapes_of_intermediate_tensors():
+    model = parse(MODEL)
+    assert not model.graph.value_info
+    seen = {}
+
+    class Spy(_TestPass):
+        name = "spy"
+
+        def run(self, graph, ctx):
+            seen.update({t.name: t.shape for t in graph.tensors().values()})
+            return PassResult(changed=False, notes=[Note("graph", "spy")])
+
+    run(model, Spy(), Cleanup(), Spy())
+    assert seen["r"] == [2, 3]

@@ -28,6 +28,7 @@ import onnx_graphsurgeon as gs
 from graphfix.check.outputs import OutputCheck
 from graphfix.errors import GraphfixError
 from graphfix.graph import count_nodes, fingerprint, to_graph, to_model
+from graphfix.graph.shapes import apply_inferred
 from graphfix.graph.skeleton import skeleton
 from graphfix.passes.base import Pass, PassContext
 from graphfix.passes.pipeline import Pipeline, PresetSpec
@@ -43,6 +44,8 @@ class Verifier:
     checker: bool
     strict_inference: bool
     notes: list[str]
+    inferred: onnx.ModelProto | None = None
+    """The shape-inferred skeleton of the model last verified (passes get its shapes)."""
 
     @classmethod
     def for_input(cls, model: onnx.ModelProto) -> Verifier:
@@ -54,20 +57,26 @@ class Verifier:
             notes.append(
                 f"the input model fails onnx.checker ({checker_error}); passes are not held to it"
             )
-        strict = _inference_error(model, strict=True) is None
+        inferred, _ = _inference(model, strict=True)
+        strict = inferred is not None
         if not strict:
             notes.append("the input model fails strict shape inference; passes get the lenient one")
-        return cls(checker, strict, notes)
+            inferred, _ = _inference(model, strict=False)
+        return cls(checker, strict, notes, inferred)
 
     def problem(self, model: onnx.ModelProto) -> str | None:
-        """What is structurally wrong with a pass's result, or None."""
+        """What is structurally wrong with a pass's result, or None (then `inferred` holds
+        its shape-inferred skeleton)."""
         model = skeleton(model)
         if self.checker:
             err = _checker_error(model)
             if err:
                 return f"onnx.checker rejects the result: {err}"
-        err = _inference_error(model, strict=self.strict_inference)
-        return f"shape inference fails on the result: {err}" if err else None
+        inferred, err = _inference(model, strict=self.strict_inference)
+        if inferred is None:
+            return f"shape inference fails on the result: {err}"
+        self.inferred = inferred
+        return None
 
 
 def _checker_error(model: onnx.ModelProto) -> str | None:
@@ -78,12 +87,11 @@ def _checker_error(model: onnx.ModelProto) -> str | None:
     return None
 
 
-def _inference_error(model: onnx.ModelProto, strict: bool) -> str | None:
+def _inference(model: onnx.ModelProto, strict: bool) -> tuple[onnx.ModelProto | None, str]:
     try:
-        onnx.shape_inference.infer_shapes(model, strict_mode=strict)
+        return onnx.shape_inference.infer_shapes(model, strict_mode=strict, data_prop=True), ""
     except Exception as err:  # onnx raises InferenceError, TypeError, RuntimeError...
-        return str(err).strip().splitlines()[0][:300]
-    return None
+        return None, str(err).strip().splitlines()[0][:300]
 
 
 def run_pipeline(
@@ -135,6 +143,7 @@ class _Runner:
         self.on_pass_done = on_pass_done
         self.verifier = Verifier.for_input(model)
         self.state = _State(to_graph(model), model)
+        self.state.annotate(self.verifier.inferred)
         self.records: list[PassRecord] = []
         self.rounds_run: dict[str, int] = {}
         self.notes: list[str] = list(self.verifier.notes)
@@ -193,6 +202,7 @@ class _State:
     graph: gs.Graph
     last_good: onnx.ModelProto
     fingerprint: tuple | None = None
+    inferred: onnx.ModelProto | None = None
 
     def current_fingerprint(self) -> tuple:
         if self.fingerprint is None:
@@ -201,6 +211,18 @@ class _State:
 
     def roll_back(self) -> None:
         self.graph = to_graph(self.last_good)
+        self.annotate(self.inferred)
+
+    def accept(self, model: onnx.ModelProto, inferred: onnx.ModelProto | None) -> None:
+        self.last_good = model
+        self.annotate(inferred)
+
+    def annotate(self, inferred: onnx.ModelProto | None) -> None:
+        """Give the graph's tensors the shapes inference found for the last verified model,
+        so passes see them even where the exporter wrote none."""
+        self.inferred = inferred
+        if inferred is not None:
+            apply_inferred(self.graph, inferred)
         self.fingerprint = None
 
 
@@ -240,8 +262,7 @@ def _run_one(index, spec, pass_: Pass, state: _State, ctx, verifier, output_chec
             return _rolled_back(record, record.check, state, t0)
     else:
         record.check = "skipped"
-    state.last_good = candidate
-    state.fingerprint = None
+    state.accept(candidate, verifier.inferred)
     record.status = APPLIED
     record.nodes_after = count_nodes(graph)
     record.seconds = time.perf_counter() - t0
