@@ -8,15 +8,27 @@ from dataclasses import dataclass
 from graphfix.errors import GraphfixError, InternalError
 from graphfix.passes.base import Pass, check_pass_class
 from graphfix.passes.cleanup import Cleanup
+from graphfix.passes.dedup_constants import DedupConstants
+from graphfix.passes.eliminate_noops import EliminateNoops
 from graphfix.passes.fix_shapes import FixShapes
 from graphfix.passes.fold_bn import FoldBatchNorm
 from graphfix.passes.fold_constants import FoldConstants
+from graphfix.passes.fuse_conv_bias import FuseConvBias
+from graphfix.passes.fuse_conv_mul import FuseConvMul
+from graphfix.passes.fuse_pad_conv import FusePadConv
+from graphfix.passes.normalize_activations import NormalizeActivations
 
 PASSES: tuple[type[Pass], ...] = (
     Cleanup,
     FoldConstants,
     FoldBatchNorm,
     FixShapes,
+    EliminateNoops,
+    FuseConvMul,
+    FuseConvBias,
+    FusePadConv,
+    NormalizeActivations,
+    DedupConstants,
 )
 
 

@@ -1,0 +1,122 @@
+"""fuse-conv-mul: fold a per-channel constant Mul or Div after a Conv into its weights.
+
+With s one value per output channel (see `_channels` for which constant shapes
+are per channel)::
+
+    Mul(Conv(x, W, b), s)          -> Conv(x, W * s[:, None, ...], b * s)
+    Mul(s, Conv(x, W, b))          -> the same
+    Div(Conv(x, W, b), c)          -> Conv(x, W / c[:, None, ...], b / c)     (no c == 0)
+    Mul(ConvTranspose(x, W, b), s) -> ConvTranspose(x, W * s (per group, per output channel), b * s)
+
+Exporters that decompose BatchNormalization (TensorFlow, Paddle) write
+Conv -> Mul(s) -> Add(t); this pass folds the Mul, and `fuse-conv-bias` then
+folds the Add, leaving one Conv that TensorRT fuses with its activation.
+
+New weights are computed in float64 and cast back to the weight dtype, into new
+`gs.Constant` objects (a weight shared with another node is never changed under
+it). The Conv takes the Mul's output tensor, so output names and dtypes are kept;
+the disconnected Mul is left for `cleanup`. Nodes are visited in graph order, so a
+chain Conv -> Mul -> Mul folds completely in one run on a sorted graph.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import all_graphs, is_onnx, node_label
+from graphfix.passes._channels import (
+    CONV_OPS,
+    Match,
+    absorb,
+    channel_vector,
+    conv_weights,
+    dtype_reason,
+    fresh,
+    match,
+    out_channels,
+    scale_out_channels,
+    set_input,
+)
+from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
+
+
+class FuseConvMul(Pass):
+    """Fold a per-output-channel constant Mul or Div after Conv/ConvTranspose into the weights.
+
+    Handles: `Mul(conv, s)` and `Mul(s, conv)`; `Div(conv, c)` (as a scale by 1/c);
+    Conv of any rank, group count and dilation; ConvTranspose with groups (weights
+    [Cin, Cout/g, k...]); with or without a bias (which is scaled too); constants of
+    shape [1, C, 1, 1], [C, 1, 1], [1] or scalar (for a rank-4 output; generally any
+    shape that varies along the channel axis only). Recurses into If/Loop/Scan bodies.
+
+    Skips, with a note, when the conv output has another reader or is a graph
+    output, when the other operand, the weights or the bias are not constants, when
+    the constant varies along a non-channel axis (e.g. [C] against a rank-4 output,
+    which lines up with the width axis) or has a higher rank than the output, when
+    its dtype differs from the conv's, when a divisor is zero, and for `Div(c, conv)`.
+    """
+
+    name = "fuse-conv-mul"
+    summary = "Fold a per-channel constant Mul or Div after Conv/ConvTranspose into its weights"
+    Options = NoOptions
+
+    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        result = PassResult(changed=False)
+        names = {name for g in all_graphs(graph) for name in g.tensors()}
+        found = 0
+        for g in all_graphs(graph):
+            node_ids = {id(n) for n in g.nodes}
+            for node in [n for n in g.nodes if is_onnx(n, "Mul", "Div")]:
+                if not node.outputs:  # already folded and disconnected
+                    continue
+                checked = match(g, node, CONV_OPS, node_ids)
+                if checked is None:
+                    continue
+                found += 1
+                plan = _plan(checked) if isinstance(checked, Match) else checked
+                if isinstance(plan, str):
+                    result.notes.append(Note(subject=node_label(node), reason=plan))
+                    continue
+                _rewrite(checked, plan, names)
+                result.counts[f"fused {node.op} into {checked.producer.op} weights"] += 1
+                result.changed = True
+        if not found:
+            result.notes.append(
+                Note(subject="graph", reason="no Mul or Div of a Conv or ConvTranspose output")
+            )
+        return result
+
+
+def _plan(m: Match) -> tuple[np.ndarray, np.ndarray | None] | str:
+    """New (weights, bias or None) for the producer, or why the constant does not fold."""
+    weights = conv_weights(m.producer)
+    if isinstance(weights, str):
+        return weights
+    w, b = weights
+    reason = dtype_reason(m, w.dtype)
+    if reason:
+        return reason
+    channels = out_channels(m.producer, w)
+    if isinstance(channels, str):
+        return channels
+    scale = channel_vector(m.value, w.ndim, channels, f"{m.producer.op} output")
+    if isinstance(scale, str):
+        return scale
+    if m.node.op == "Div":
+        if np.any(scale == 0):
+            return "its divisor is zero for some channel, so the quotient is not a finite scale"
+        scale = 1.0 / scale
+    if b is not None and b.size != channels:
+        return f"the {m.producer.op} bias has {b.size} values for {channels} output channels"
+    new_b = None if b is None else (b.astype(np.float64).reshape(-1) * scale).astype(b.dtype)
+    return scale_out_channels(m.producer, w, scale), new_b
+
+
+def _rewrite(m: Match, plan: tuple[np.ndarray, np.ndarray | None], names: set[str]) -> None:
+    weight, bias = plan
+    base = m.node.outputs[0].name
+    m.producer.inputs[1] = gs.Constant(fresh(f"{base}_fused_weight", names), weight)
+    if bias is not None:
+        set_input(m.producer, 2, gs.Constant(fresh(f"{base}_fused_bias", names), bias))
+    absorb(m)

@@ -1,0 +1,269 @@
+"""normalize-activations: write activations in the plain form of their ONNX op.
+
+Exporters spell common activations as general arithmetic; this pass gives them
+their own op, so that a Conv is followed by one recognisable activation::
+
+    Clip(x, 0, +inf)                    -> Relu(x)       (max absent, +inf or >= the dtype's max)
+    Max(x, 0) = Max(0, x)               -> Relu(x)       (0: an all-zero constant, x's dtype)
+    Mul(x, HardSigmoid(x; 1/6, 1/2))    -> HardSwish(x)  (either Mul order; opset >= 14)
+
+HardSwish(x) is defined by ONNX as x * max(0, min(1, x / 6 + 1/2)), which is
+x * HardSigmoid(x) with alpha = 1/6 and beta = 1/2 exactly. HardSwish entered the
+default ONNX domain in opset 14, so older models keep the pair. The TensorRT
+ONNX parser lists HardSwish from 8.4 on and not in 8.0 or 8.2
+(/work/shared/trt/onnx_trt_operators.json, `support_by_op`).
+
+Left as they are: a Clip with other constant bounds (Clip(0, 6) is ReLU6, already
+an activation op), and `x * Sigmoid(x)` (SiLU), which is only reported: ONNX has
+no SiLU op, and its `Swish` needs opset 24. A Clip whose bounds are not constants
+is reported: TensorRT 8.0's parser requires Clip's min and max to be
+initializers (/work/shared/trt/upstream/onnx-tensorrt-operators/operators_8.0-GA.md).
+
+The new node takes the replaced node's name and output tensor, so output names
+and dtypes are kept; the disconnected nodes and bounds are left for `cleanup`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import (
+    all_graphs,
+    constant_value,
+    is_graph_output,
+    is_onnx,
+    node_label,
+    opset_of,
+)
+from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
+
+_FLT_MAX = float(np.finfo(np.float32).max)  # Clip-6's default max
+_ATTR_TOL = 1e-6
+# Opset from which Relu takes each element type (Relu-6: floats; 13: bfloat16; 14: ints).
+_RELU_SINCE = {
+    "float16": 1, "float32": 1, "float64": 1, "bfloat16": 13,
+    "int8": 14, "int16": 14, "int32": 14, "int64": 14,
+}
+_HARDSWISH_OPSET = 14
+_CLIP = "rewrote Clip(x, 0, inf) as Relu"
+_MAX = "rewrote Max(x, 0) as Relu"
+_HARDSWISH = "fused x * HardSigmoid(x) into HardSwish"
+NON_CONSTANT_BOUNDS = "bounds are not constants: TensorRT cannot fuse it as an activation"
+SILU = (
+    "x * Sigmoid(x) is a SiLU chain; reported only and left as Sigmoid and Mul "
+    "(ONNX has no SiLU op, and Swish needs opset 24)"
+)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Replace the node by `op(x)`; `drop` are producers that go with it."""
+
+    op: str
+    x: gs.Tensor
+    count: str
+    drop: tuple[gs.Node, ...] = ()
+
+
+class NormalizeActivations(Pass):
+    """Rewrite Clip(x, 0, inf) and Max(x, 0) as Relu, x * HardSigmoid(x) as HardSwish.
+
+    Handles: Clip with optional constant min/max inputs (opset >= 11) and with
+    min/max attributes (opset < 11, max defaulting to the float32 maximum), max
+    absent, +inf or at least the largest value of the dtype; Max with exactly two
+    inputs, one an all-zero constant (scalar or any shape that does not broadcast x
+    to a larger shape), in either order; Mul(x, HardSigmoid(x)) and
+    Mul(HardSigmoid(x), x) with alpha within 1e-6 of 1/6 and beta 0.5, when the
+    HardSigmoid has no other reader. Integer Clip/Max become Relu from opset 14
+    (Relu's integer types). Recurses into If/Loop/Scan bodies.
+
+    Notes: a Clip with non-constant bounds; a Max whose constant is not zero, has
+    another dtype, or would broadcast x; HardSigmoid with other alpha/beta, another
+    reader or a graph output; HardSwish below opset 14; Relu not taking the dtype
+    at the model's opset; and every x * Sigmoid(x) (SiLU), which is never changed.
+    """
+
+    name = "normalize-activations"
+    summary = "Rewrite Clip(x,0,inf) and Max(x,0) as Relu and x*HardSigmoid(x) as HardSwish"
+    Options = NoOptions
+
+    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        result = PassResult(changed=False)
+        opset = opset_of(graph)
+        for g in list(all_graphs(graph)):
+            node_ids = {id(n) for n in g.nodes}
+            for node in list(g.nodes):
+                if not node.outputs or not is_onnx(node, "Clip", "Max", "Mul"):
+                    continue
+                checked = _check(g, node, opset, node_ids)
+                if isinstance(checked, str):
+                    result.notes.append(Note(node_label(node), checked))
+                elif checked is not None:
+                    _rewrite(g, node, checked)
+                    result.counts[checked.count] += 1
+                    result.changed = True
+        if not result.changed and not result.notes:
+            result.notes.append(
+                Note("graph", "no Clip(x, 0, inf), Max(x, 0) or x * HardSigmoid(x) to rewrite")
+            )
+        return result
+
+
+def _check(g: gs.Graph, node: gs.Node, opset: int, node_ids: set[int]) -> _Plan | str | None:
+    """The rewrite, a reason to report, or None for a node that is not a candidate."""
+    if node.op == "Clip":
+        return _check_clip(node, opset)
+    if node.op == "Max":
+        return _check_max(node, opset)
+    return _check_mul(g, node, opset, node_ids)
+
+
+# ----------------------------------------------------------------------------- Clip
+
+
+def _check_clip(node: gs.Node, opset: int) -> _Plan | str | None:
+    x = node.inputs[0]
+    if opset < 11:
+        lo, hi = node.attrs.get("min"), float(node.attrs.get("max", _FLT_MAX))
+        dtype = _dtype(x)
+        dtype = np.dtype(np.float32) if dtype is None else dtype
+    else:
+        bounds = [_optional(node, i) for i in (1, 2)]
+        values = [None if t is None else constant_value(t) for t in bounds]
+        if any(t is not None and v is None for t, v in zip(bounds, values, strict=True)):
+            return NON_CONSTANT_BOUNDS
+        lo, hi = values
+        present = [v for v in values if v is not None]
+        dtype = present[0].dtype if present else _dtype(x)
+    if lo is None or np.size(lo) != 1 or float(np.reshape(lo, -1)[0]) != 0.0:
+        return None  # no lower bound, or not 0: a Clip TensorRT takes as it is
+    if hi is not None and (np.size(hi) != 1 or float(np.reshape(hi, -1)[0]) < _max_of(dtype)):
+        return None
+    return _relu_unsupported(dtype, opset) or _Plan("Relu", x, _CLIP)
+
+
+def _optional(node: gs.Node, index: int) -> gs.Tensor | None:
+    if len(node.inputs) <= index or node.inputs[index].is_empty():
+        return None
+    return node.inputs[index]
+
+
+def _dtype(tensor: gs.Tensor) -> np.dtype | None:
+    try:
+        return np.dtype(tensor.dtype) if tensor.dtype is not None else None
+    except TypeError:  # an ONNX type numpy does not know
+        return None
+
+
+def _max_of(dtype: np.dtype | None) -> float:
+    """The largest finite value of `dtype` (float32's when unknown)."""
+    if dtype is None:
+        return _FLT_MAX
+    if np.issubdtype(dtype, np.integer):
+        return float(np.iinfo(dtype).max)
+    if dtype.name == "bfloat16":
+        return 3.3895313892515355e38
+    return float(np.finfo(dtype).max)
+
+
+def _relu_unsupported(dtype: np.dtype | None, opset: int) -> str | None:
+    if dtype is None:
+        return None
+    since = _RELU_SINCE.get(dtype.name)
+    if since is None:
+        return f"Relu does not take {dtype.name}"
+    if opset < since:
+        return f"Relu takes {dtype.name} only from opset {since}; the model imports opset {opset}"
+    return None
+
+
+# ----------------------------------------------------------------------------- Max
+
+
+def _check_max(node: gs.Node, opset: int) -> _Plan | str | None:
+    values = [constant_value(t) for t in node.inputs]
+    constant = [i for i, v in enumerate(values) if v is not None]
+    if len(constant) != 1:
+        return None  # no constant operand, or all constant (fold-constants' work)
+    if len(node.inputs) != 2:
+        return f"it has {len(node.inputs)} inputs; only Max(x, 0) with two inputs is Relu"
+    zero, x = values[constant[0]], node.inputs[1 - constant[0]]
+    if np.any(zero != 0):
+        return "its constant operand is not all zeros, so it is not Relu"
+    dtype = _dtype(x)
+    if dtype is not None and dtype != zero.dtype:
+        return f"its zero is {zero.dtype.name} but x is {dtype.name}"
+    if not _keeps_shape(zero.shape, x.shape):
+        return "its zero constant may broadcast x to a larger shape, which Relu would not"
+    return _relu_unsupported(zero.dtype, opset) or _Plan("Relu", x, _MAX)
+
+
+def _keeps_shape(shape: tuple[int, ...], x_shape) -> bool:
+    """Whether broadcasting a constant of `shape` against x leaves x's shape unchanged."""
+    if not shape:
+        return True
+    if x_shape is None or len(shape) > len(x_shape):
+        return False
+    tail = list(x_shape)[len(x_shape) - len(shape) :]
+    return all(c == 1 or c == d for c, d in zip(shape, tail, strict=True))
+
+
+# ----------------------------------------------------------------------------- Mul
+
+
+def _check_mul(g: gs.Graph, node: gs.Node, opset: int, node_ids: set[int]) -> _Plan | str | None:
+    if len(node.inputs) != 2:
+        return None
+    for i in (0, 1):
+        gate, x = node.inputs[i], node.inputs[1 - i]
+        producer = _producer(gate, node_ids)
+        if producer is None or not producer.inputs or producer.inputs[0] is not x:
+            continue
+        if is_onnx(producer, "HardSigmoid"):
+            return _check_hardswish(g, producer, x, opset)
+        if is_onnx(producer, "Sigmoid"):
+            return SILU
+    return None
+
+
+def _producer(tensor: gs.Tensor, node_ids: set[int]) -> gs.Node | None:
+    """The node of this graph that writes `tensor`, if any."""
+    if isinstance(tensor, gs.Constant) or len(tensor.inputs) != 1:
+        return None
+    producer = tensor.inputs[0]
+    return producer if id(producer) in node_ids else None
+
+
+def _check_hardswish(g: gs.Graph, hsig: gs.Node, x: gs.Tensor, opset: int) -> _Plan | str:
+    alpha = float(hsig.attrs.get("alpha", 0.2))
+    beta = float(hsig.attrs.get("beta", 0.5))
+    if abs(alpha - 1.0 / 6.0) > _ATTR_TOL or abs(beta - 0.5) > _ATTR_TOL:
+        return (
+            f"its HardSigmoid has alpha={alpha:g}, beta={beta:g}, not alpha=1/6, beta=0.5, "
+            "so x * HardSigmoid(x) is not HardSwish"
+        )
+    gate = hsig.outputs[0]
+    if is_graph_output(g, gate):
+        return "the HardSigmoid output is a graph output, so the HardSigmoid must stay"
+    if len(gate.outputs) > 1:
+        return "the HardSigmoid output is also read by another node, so the HardSigmoid must stay"
+    if opset < _HARDSWISH_OPSET:
+        return f"HardSwish needs opset {_HARDSWISH_OPSET}; the model imports opset {opset}"
+    return _Plan("HardSwish", x, _HARDSWISH, drop=(hsig,))
+
+
+# ----------------------------------------------------------------------------- rewrite
+
+
+def _rewrite(g: gs.Graph, node: gs.Node, plan: _Plan) -> None:
+    """Put `plan.op(x)` where `node` was; it writes the node's output tensor."""
+    y = node.outputs[0]
+    for old in (node, *plan.drop):
+        old.inputs.clear()
+        old.outputs.clear()
+    new = gs.Node(plan.op, name=node.name, inputs=[plan.x], outputs=[y])
+    index = next(i for i, n in enumerate(g.nodes) if n is node)
+    g.nodes[index] = new
