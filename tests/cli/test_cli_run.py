@@ -60,13 +60,16 @@ def test_json_flag_prints_the_report(tmp_path):
 def test_dump_after_writes_the_model_after_that_pass(tmp_path):
     src = write_sample(tmp_path)
     out = tmp_path / "o.onnx"
-    result = runner.invoke(app, ["run", str(src), "-o", str(out), "--dump-after", "fold-bn"])
+    pipeline = ["--passes", "cleanup,fold-constants,fold-bn,cleanup"]
+    result = runner.invoke(app, ["run", str(src), "-o", str(out), *pipeline,
+                                 "--dump-after", "fold-bn"])
     assert result.exit_code == 0, result.output
     dumped = tmp_path / "o.after-03-fold-bn.onnx"
     ops = [n.op_type for n in onnx.load(dumped).graph.node]
     assert "BatchNormalization" not in ops
     assert not (tmp_path / "o.after-01-cleanup.onnx").exists()
-    result = runner.invoke(app, ["run", str(src), "-o", str(out), "--dump-after", "all"])
+    result = runner.invoke(app, ["run", str(src), "-o", str(out), *pipeline,
+                                 "--dump-after", "all"])
     assert len(list(tmp_path.glob("o.after-*.onnx"))) == 4
 
 
@@ -139,3 +142,16 @@ def test_fix_shapes_in_the_pipeline(tmp_path):
     dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     assert dims == [4, 3, 32, 32]
     assert [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim] == [4, 10]
+
+
+def test_default_pipeline_is_trt_prep_and_reports_its_rounds(tmp_path):
+    src = write_sample(tmp_path)
+    result = runner.invoke(app, ["run", str(src), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["pipeline"] == "trt-prep"
+    rounds = data["rounds"]["trt-prep"]
+    assert 2 <= rounds <= 4
+    last_round = [p for p in data["passes"] if p["round"] == rounds]
+    assert all(p["status"] == "unchanged" for p in last_round)
+    assert {p["preset"] for p in data["passes"]} == {"trt-prep"}

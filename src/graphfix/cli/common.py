@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from graphfix.errors import GraphfixError
-from graphfix.report import APPLIED, ROLLED_BACK, Report
+from graphfix.report import APPLIED, ROLLED_BACK, UNCHANGED, PassRecord, Report
 
 EXIT_FAILED = 1
 EXIT_USER_ERROR = 2
@@ -51,6 +51,14 @@ def user_errors(ctx: typer.Context) -> Iterator[None]:
         raise typer.Exit(EXIT_USER_ERROR) from None
 
 
+def shown_records(report: Report) -> list[PassRecord]:
+    """The passes the table shows: all of them, or, when a preset ran (tens of passes),
+    those that changed the graph or were rolled back; the rest get one summary line."""
+    if not any(rec.preset for rec in report.passes):
+        return list(report.passes)
+    return [rec for rec in report.passes if rec.status != UNCHANGED]
+
+
 def pass_table(report: Report) -> Table:
     table = Table(title=f"graphfix run: {report.pipeline}", title_justify="left")
     table.add_column("#", justify="right")
@@ -62,11 +70,11 @@ def pass_table(report: Report) -> Table:
     table.add_column("nodes", justify="right")
     table.add_column("what it did", ratio=3)
     table.add_column("check", ratio=2)
-    for rec in report.passes:
+    for rec in shown_records(report):
         style = {APPLIED: "green", ROLLED_BACK: "red"}.get(rec.status, "dim")
         table.add_row(
             str(rec.index + 1),
-            *([f"{rec.preset} {rec.round}" if rec.preset else ""] if rounds else []),
+            *([str(rec.round) if rec.preset else ""] if rounds else []),
             rec.spec,
             f"{rec.seconds * 1000:.0f} ms",
             f"{rec.nodes_before} → {rec.nodes_after}",
@@ -97,21 +105,29 @@ def print_explain(section: dict, shown: int = 20) -> None:
 
 def print_report(report: Report, show_traceback: bool = False) -> None:
     console.print(pass_table(report))
+    shown = shown_records(report)
+    hidden = len(report.passes) - len(shown)
+    if hidden:
+        console.print(f"{hidden} more pass runs changed nothing (their reasons: --report)",
+                      markup=False)
     for name, count in report.rounds.items():
         console.print(f"{name}: {count} round{'s' if count > 1 else ''}", markup=False)
     for note in report.verify_notes:
         console.print(f"note: {note}", markup=False)
     if not report.check.enabled:
-        console.print(f"numerical check skipped: {report.check.skipped_reason}")
-    for rec in report.passes:
+        console.print(f"numerical check skipped: {report.check.skipped_reason}", markup=False)
+    printed: set[str] = set()
+    for rec in shown:
         if rec.status == ROLLED_BACK:
             console.print(f"[red]rolled back[/red] {rec.spec}: {rec.rollback_reason}")
             if show_traceback and rec.traceback:
                 console.print(rec.traceback, markup=False)
         if not rec.counts and len(rec.notes) == 1:
             continue  # already in the table
-        for note in rec.notes[:NOTES_SHOWN]:
+        notes = [n for n in rec.notes if f"{rec.spec}: {n}" not in printed]
+        for note in notes[:NOTES_SHOWN]:
+            printed.add(f"{rec.spec}: {note}")
             console.print(f"  {rec.spec}: {note}", markup=False)
-        if len(rec.notes) > NOTES_SHOWN:
-            console.print(f"  {rec.spec}: ... {len(rec.notes) - NOTES_SHOWN} more notes "
-                          "(see --report)")
+        if len(notes) > NOTES_SHOWN:
+            console.print(f"  {rec.spec}: ... {len(notes) - NOTES_SHOWN} more notes "
+                          "(see --report)", markup=False)

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from graphfix.cli.common import console
 from graphfix.passes.base import Pass
-from graphfix.passes.registry import DEFAULT_PIPELINE, PASSES
+from graphfix.passes.registry import DEFAULT_PIPELINE, PASSES, PRESETS
 
 
 def describe(cls: type[Pass]) -> dict[str, Any]:
@@ -32,10 +32,13 @@ def describe(cls: type[Pass]) -> dict[str, Any]:
 def passes_command(
     as_json: bool = typer.Option(False, "--json", help="Print the passes as JSON."),
 ) -> None:
-    """List every pass with its summary and options."""
+    """List every pass and preset with its summary and options."""
     described = [describe(cls) for cls in PASSES]
+    presets = [{"name": p.name, "summary": p.summary, "passes": list(p.passes),
+                "max_rounds": p.max_rounds} for p in PRESETS]
     if as_json:
-        print(json.dumps({"default_pipeline": DEFAULT_PIPELINE, "passes": described}, indent=2))
+        print(json.dumps({"default_pipeline": DEFAULT_PIPELINE, "passes": described,
+                          "presets": presets}, indent=2))
         return
     table = Table(title="graphfix passes", title_justify="left")
     table.add_column("pass")
@@ -46,6 +49,9 @@ def passes_command(
             f"{o['name']}={_fmt(o['default'])} ({o['type']})" for o in d["options"]
         )
         table.add_row(d["name"], d["summary"], opts or "-")
+    for p in presets:
+        table.add_row(p["name"], f"preset: {p['summary']}",
+                      f"runs {','.join(p['passes'])} up to {p['max_rounds']} rounds")
     console.print(table)
     console.print(f"default pipeline: {DEFAULT_PIPELINE}", markup=False)
 

@@ -17,6 +17,11 @@ def to_graph(model: onnx.ModelProto) -> gs.Graph:
     """
     with G_LOGGER.suppress():
         graph = gs.import_onnx(model)
+    # gs keeps the model's own opset_import container; a copy keeps `model` untouched.
+    if graph.import_domains is not None:
+        graph.import_domains = [
+            onnx.helper.make_opsetid(d.domain, d.version) for d in graph.import_domains
+        ]
     for g in all_graphs(graph):
         for t in g.tensors().values():
             if isinstance(t, gs.Variable) and t.shape is not None and any(

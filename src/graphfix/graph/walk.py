@@ -57,12 +57,14 @@ def opset_of(graph: gs.Graph, domain: str = "") -> int:
 def fingerprint(graph: gs.Graph) -> tuple:
     """A structural fingerprint that changes whenever a pass edits the graph.
 
-    It covers node identity, op, attributes, the identity of every input/output
+    It covers the opset imports, node identity, op, attributes, the identity of every input/output
     tensor and of every constant's value object, graph inputs/outputs, and the
     tensors' names, shapes and dtypes. It is O(nodes) and never reads weights, so
     it relies on the pass contract: passes replace arrays, never write into them.
     """
-    parts: list[Any] = []
+    parts: list[Any] = [
+        ("opsets", graph.opset, tuple((d.domain, d.version) for d in graph.import_domains or ()))
+    ]
     for g in all_graphs(graph):
         parts.append(("graph", id(g), tuple(_tensor_key(t) for t in g.inputs),
                       tuple(_tensor_key(t) for t in g.outputs)))

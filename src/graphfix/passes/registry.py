@@ -17,6 +17,7 @@ from graphfix.passes.fuse_conv_bias import FuseConvBias
 from graphfix.passes.fuse_conv_mul import FuseConvMul
 from graphfix.passes.fuse_pad_conv import FusePadConv
 from graphfix.passes.normalize_activations import NormalizeActivations
+from graphfix.passes.unfuse_contrib import UnfuseContrib
 
 PASSES: tuple[type[Pass], ...] = (
     Cleanup,
@@ -29,6 +30,7 @@ PASSES: tuple[type[Pass], ...] = (
     FusePadConv,
     NormalizeActivations,
     DedupConstants,
+    UnfuseContrib,
 )
 
 
@@ -43,9 +45,29 @@ class Preset:
     max_rounds: int = 1
 
 
-PRESETS: tuple[Preset, ...] = ()
+PRESETS: tuple[Preset, ...] = (
+    Preset(
+        "trt-prep",
+        "Make Conv -> bias -> activation chains fusible for TensorRT: unfuse contrib ops, "
+        "remove no-ops, fold BatchNorm/Mul/Add/Pad into convs, normalize activations.",
+        (
+            "cleanup",
+            "fold-constants",
+            "unfuse-contrib",
+            "eliminate-noops",
+            "fold-bn",
+            "fuse-conv-mul",
+            "fuse-conv-bias",
+            "fuse-pad-conv",
+            "normalize-activations",
+            "dedup-constants",
+            "cleanup",
+        ),
+        max_rounds=4,
+    ),
+)
 
-DEFAULT_PIPELINE = "cleanup,fold-constants,fold-bn,cleanup"
+DEFAULT_PIPELINE = "trt-prep"
 
 
 def build_registry(classes: tuple[type[Pass], ...]) -> dict[str, type[Pass]]:
