@@ -100,3 +100,18 @@ def test_cli_explain_prints_and_reports(tmp_path):
     data = json.loads(rep.read_text())
     assert data["explain"]["after"]["fusible"] == 2
     assert np.isfinite(data["seconds"])
+
+
+def test_a_reshape_with_no_activation_after_it_is_not_in_the_way():
+    found = kinds("""
+    g (float[1,4,3,3] x) => (float[1,36] y, float[1,36] z) """ + WEIGHTS + """ {
+        s = Constant <value = int64[2] {1, 36}> ()
+        c1 = Conv <kernel_shape = [1, 1]> (x, w)
+        y = Reshape(c1, s)
+        c2 = Conv <kernel_shape = [1, 1]> (x, w)
+        r2 = Reshape(c2, s)
+        z = Relu(r2)
+    }""")
+    assert found == {("Conv 'c1'", "no activation", "", ""),
+                     ("Conv 'c2'", "broken", "Reshape 'r2'",
+                      "eliminate-noops, if it changes nothing")}

@@ -34,14 +34,15 @@ from graphfix.graph.convert import to_graph
 CONVS = ("Conv", "ConvTranspose")
 ACTIVATIONS = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "HardSwish",
                "Elu", "Selu", "Softplus", "ThresholdedRelu", "PRelu")
+_IF_NOOP = "eliminate-noops, if it changes nothing"
 # What sits in the way, and the pass that removes it.
 _IN_THE_WAY = {
     "BatchNormalization": ("a BatchNormalization between the conv and what follows", "fold-bn"),
     "Identity": ("an Identity does nothing but stops the fusion", "eliminate-noops"),
     "Dropout": ("an inference Dropout does nothing but stops the fusion", "eliminate-noops"),
-    "Cast": ("a Cast sits between the conv and the activation", "eliminate-noops"),
-    "Reshape": ("a Reshape sits between the conv and the activation", "eliminate-noops"),
-    "Transpose": ("a Transpose sits between the conv and the activation", "eliminate-noops"),
+    "Cast": ("a Cast sits between the conv and the activation", _IF_NOOP),
+    "Reshape": ("a Reshape sits between the conv and the activation", _IF_NOOP),
+    "Transpose": ("a Transpose sits between the conv and the activation", _IF_NOOP),
 }
 _SCALE_OPS = {"Mul": "fuse-conv-mul", "Div": "fuse-conv-mul",
               "Add": "fuse-conv-bias", "Sub": "fuse-conv-bias"}
@@ -114,10 +115,30 @@ def _classify(g: gs.Graph, conv: gs.Node) -> Chain:
         return Chain(label, "fusible", path)
     if is_onnx(nxt, *_SCALE_OPS):
         return _elementwise(label, conv, nxt, path)
-    if is_onnx(nxt, *_IN_THE_WAY):
+    if is_onnx(nxt, "BatchNormalization"):
         reason, fix = _IN_THE_WAY[nxt.op]
         return Chain(label, "broken", path, node_label(nxt), reason, fix)
+    if is_onnx(nxt, *_IN_THE_WAY):
+        # A pass-through op is in the way only when an activation comes after it.
+        after = _after_pass_through(nxt)
+        if after is not None:
+            reason, fix = _IN_THE_WAY[nxt.op]
+            return Chain(label, "broken", (*path, after.op), node_label(nxt), reason, fix)
     return Chain(label, "no activation", path)
+
+
+def _after_pass_through(node: gs.Node, hops: int = 3) -> gs.Node | None:
+    """The activation reached through a short chain of single-reader pass-through ops."""
+    for _ in range(hops):
+        readers = node.outputs[0].outputs if node.outputs else []
+        if len(readers) != 1:
+            return None
+        node = readers[0]
+        if is_onnx(node, *ACTIVATIONS):
+            return node
+        if not is_onnx(node, *_IN_THE_WAY):
+            return None
+    return None
 
 
 def _elementwise(label: str, conv: gs.Node, node: gs.Node, path: tuple[str, ...]) -> Chain:
