@@ -231,6 +231,19 @@ def test_x_times_hardsigmoid_becomes_hardswish_at_opset_14(args):
     assert list(out.graph.node[0].output) == ["y"]
 
 
+def test_hardswish_option_off_keeps_the_pair_with_reason():
+    model = parse(_header(14) + f"""
+    g (float[2,3,8] x) => (float[2,3,8] y) {{
+        h = {_HARDSIGMOID} (x)
+        y = Mul(x, h)
+    }}""")
+    pass_ = NormalizeActivations(NormalizeActivations.parse_options([("hardswish", "false")]))
+    out, result = apply(pass_, model)
+    assert [n.op_type for n in out.graph.node] == ["HardSigmoid", "Mul"]
+    assert not result.changed
+    assert any("TensorRT 8.0 and 8.2" in n.reason for n in result.notes)
+
+
 def test_fp16_hardswish():
     # x * HardSigmoid(x) may round twice in fp16 where HardSwish rounds once; onnxruntime
     # gives identical results on these inputs (|y| up to ~8), but about one fp16 ulp

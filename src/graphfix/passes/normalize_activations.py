@@ -11,13 +11,13 @@ HardSwish(x) is defined by ONNX as x * max(0, min(1, x / 6 + 1/2)), which is
 x * HardSigmoid(x) with alpha = 1/6 and beta = 1/2 exactly. HardSwish entered the
 default ONNX domain in opset 14, so older models keep the pair. The TensorRT
 ONNX parser lists HardSwish from 8.4 on and not in 8.0 or 8.2
-(/work/shared/trt/onnx_trt_operators.json, `support_by_op`).
+(../shared/trt/onnx_trt_operators.json, `support_by_op`).
 
 Left as they are: a Clip with other constant bounds (Clip(0, 6) is ReLU6, already
 an activation op), and `x * Sigmoid(x)` (SiLU), which is only reported: ONNX has
 no SiLU op, and its `Swish` needs opset 24. A Clip whose bounds are not constants
 is reported: TensorRT 8.0's parser requires Clip's min and max to be
-initializers (/work/shared/trt/upstream/onnx-tensorrt-operators/operators_8.0-GA.md).
+initializers (../shared/trt/upstream/onnx-tensorrt-operators/operators_8.0-GA.md).
 
 The new node takes the replaced node's name and output tensor, so output names
 and dtypes are kept; the disconnected nodes and bounds are left for `cleanup`.
@@ -38,7 +38,7 @@ from graphfix.graph import (
     node_label,
     opset_of,
 )
-from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
+from graphfix.passes.base import Note, Pass, PassContext, PassResult
 
 _FLT_MAX = float(np.finfo(np.float32).max)  # Clip-6's default max
 _ATTR_TOL = 1e-6
@@ -48,6 +48,17 @@ _RELU_SINCE = {
     "int8": 14, "int16": 14, "int32": 14, "int64": 14,
 }
 _HARDSWISH_OPSET = 14
+_NO_HARDSWISH = (
+    "hardswish=false: left as x * HardSigmoid(x) "
+    "(TensorRT 8.0 and 8.2 do not parse HardSwish)"
+)
+
+
+@dataclass(frozen=True)
+class NormalizeActivationsOptions:
+    """`hardswish`: fuse x * HardSigmoid(x) into HardSwish (turn off for TensorRT < 8.4)."""
+
+    hardswish: bool = True
 _CLIP = "rewrote Clip(x, 0, inf) as Relu"
 _MAX = "rewrote Max(x, 0) as Relu"
 _HARDSWISH = "fused x * HardSigmoid(x) into HardSwish"
@@ -88,7 +99,7 @@ class NormalizeActivations(Pass):
 
     name = "normalize-activations"
     summary = "Rewrite Clip(x,0,inf) and Max(x,0) as Relu and x*HardSigmoid(x) as HardSwish"
-    Options = NoOptions
+    Options = NormalizeActivationsOptions
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
@@ -99,6 +110,10 @@ class NormalizeActivations(Pass):
                 if not node.outputs or not is_onnx(node, "Clip", "Max", "Mul"):
                     continue
                 checked = _check(g, node, opset, node_ids)
+                if isinstance(checked, _Plan) and checked.op == "HardSwish" and not (
+                    self.options.hardswish
+                ):
+                    checked = _NO_HARDSWISH
                 if isinstance(checked, str):
                     result.notes.append(Note(node_label(node), checked))
                 elif checked is not None:
