@@ -1,6 +1,6 @@
 """One benchmark run: one tool on one model, in a fresh process.
 
-    python bench/child.py TOOL MODEL OUT [NAME:DIMS ...]     (e.g. x:1x3x48x192)
+    python bench/child.py TOOL MODEL OUT [--passes=TEXT] [NAME:DIMS ...]   (e.g. x:1x3x48x192)
 
 Times its own phases with `time.perf_counter`: `import` (the tool's package, as a
 user's script would import it) and `work` (load from file -> transform -> save to
@@ -8,6 +8,8 @@ file; imports the tool does lazily during that land here). Prints one line
 `BENCH_RESULT {json}` last on stdout; a tool that raises is recorded with its
 one-line error and the process exits 1. The parent measures wall time and peak RSS
 of the whole process (os.wait4), so interpreter start-up counts the same for all.
+graphfix runs `--passes` if given, else its own default pipeline (no `passes` argument);
+the pipeline text it used is in the result's `info.pipeline`.
 """
 
 from __future__ import annotations
@@ -19,10 +21,6 @@ import time
 import traceback
 
 T_START = time.perf_counter()
-
-PIPELINE = "cleanup,fold-constants,fold-bn,cleanup"
-"""graphfix's default pipeline, spelled out so a change of the default is visible."""
-
 
 def _rss_kib() -> int:
     with open("/proc/self/status") as f:
@@ -55,8 +53,10 @@ def _shape_args(specs: list[str]) -> dict[str, list[int]]:
     return shapes
 
 
-def work(tool: str, src: str, out: str, shapes: dict[str, list[int]]) -> dict:
-    """load -> transform -> save with `tool`; returns tool-specific notes."""
+def work(tool: str, src: str, out: str, shapes: dict[str, list[int]],
+         passes: str | None = None) -> dict:
+    """load -> transform -> save with `tool`; returns tool-specific notes. `passes`: the
+    graphfix pipeline text, None = graphfix's default (no `passes` argument given)."""
     info: dict = {}
     if tool == "floor":
         import onnx
@@ -66,8 +66,10 @@ def work(tool: str, src: str, out: str, shapes: dict[str, list[int]]) -> dict:
         import graphfix
 
         model = graphfix.load(src)
-        result = graphfix.run(model, passes=PIPELINE, check=tool == "graphfix",
-                              input_shapes=shapes or None)
+        kwargs = {} if passes is None else {"passes": passes}
+        info["pipeline"] = graphfix.DEFAULT_PIPELINE if passes is None else passes
+        result = graphfix.run(model, check=tool == "graphfix", input_shapes=shapes or None,
+                              **kwargs)
         graphfix.save(result.model, out)
         info["passes"] = [f"{p.spec}:{p.status}" + (f" ({p.rollback_reason[:120]})"
                           if p.rollback_reason else "") for p in result.report.passes]
@@ -105,14 +107,15 @@ def work(tool: str, src: str, out: str, shapes: dict[str, list[int]]) -> dict:
 
 def main(argv: list[str]) -> int:
     tool, src, out = argv[:3]
-    shapes = _shape_args(argv[3:])
+    passes = next((a.split("=", 1)[1] for a in argv[3:] if a.startswith("--passes=")), None)
+    shapes = _shape_args([a for a in argv[3:] if not a.startswith("--passes=")])
     t0 = time.perf_counter()
     _imports(tool)
     t1 = time.perf_counter()
     rss_after_imports = _rss_kib()
     record = {"tool": tool, "ok": True, "error": "", "info": {}}
     try:
-        record["info"] = work(tool, src, out, shapes)
+        record["info"] = work(tool, src, out, shapes, passes)
     except BaseException as err:  # every failure is a result, never a crash of the bench
         text = str(err).strip() or type(err).__name__
         record.update(ok=False, error=f"{type(err).__name__}: {text.splitlines()[0][:300]}",

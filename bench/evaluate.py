@@ -4,7 +4,9 @@
 
 SPEC: {"model": path, "shapes": {input: dims}, "unit_inputs": [input names drawn
 from [0, 1)], "outputs": {tool: path}}. For the original and every output: nodes
-(subgraphs included), BatchNormalization / Identity / Constant nodes left, and the
+(subgraphs included), BatchNormalization / Identity / Constant nodes left, Conv nodes
+whose output goes only into an Add or Mul by a constant (`conv_affine`: a bias or scale
+not folded into the Conv, which keeps TensorRT from fusing Conv->bias->activation), and the
 largest absolute difference of any graph output from the original's, all run in
 onnxruntime on CPU with graph optimizations disabled, on the same seeded inputs
 (np.random.default_rng(0); dynamic batch dims 1; standard normal, or [0, 1) for the
@@ -34,6 +36,34 @@ def op_counts(graph: onnx.GraphProto, counts: Counter | None = None) -> Counter:
             for sub in attr.graphs:
                 op_counts(sub, counts)
     return counts
+
+
+def conv_affine(graph: onnx.GraphProto) -> dict[str, int]:
+    """Conv nodes whose only consumer is an Add / Mul whose other input is a constant
+    (an initializer or a Constant node's output of the same graph), subgraphs included."""
+    found = {"Add": 0, "Mul": 0}
+    constants = {t.name for t in graph.initializer}
+    constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in set(node.input):
+            consumers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+    for node in graph.node:
+        if node.op_type != "Conv" or not node.output or node.output[0] in outputs:
+            continue
+        users = consumers.get(node.output[0], [])
+        if len(users) == 1 and users[0].op_type in found and len(users[0].input) == 2:
+            other = [i for i in users[0].input if i != node.output[0]]
+            if other and other[0] in constants:
+                found[users[0].op_type] += 1
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                for op, n in conv_affine(sub).items():
+                    found[op] += n
+    return found
 
 
 def make_feeds(model: onnx.ModelProto, shapes: dict, unit: set[str]) -> dict[str, np.ndarray]:
@@ -100,8 +130,10 @@ def max_abs_diff(ref: tuple[list[str], list[np.ndarray]],
 def describe(path: str) -> dict:
     model = onnx.load(path)
     ops = op_counts(model.graph)
+    affine = conv_affine(model.graph)
     return {"nodes": sum(ops.values()), "bn": ops["BatchNormalization"],
             "identity": ops["Identity"], "constant": ops["Constant"],
+            "conv_add": affine["Add"], "conv_mul": affine["Mul"],
             "ops": dict(ops.most_common())}
 
 

@@ -1,7 +1,7 @@
 """Where `graphfix run` spends its time and memory, in one fresh process.
 
     python bench/profile_graphfix.py MODEL [--no-check] [--input-shape x:1x3x48x192]
-                                     [--cprofile OUT.prof] [--top 15]
+                                     [--passes TEXT] [--cprofile OUT.prof] [--top 15]
 
 Without --cprofile: an *accounting* run. The functions in `PROBES` (graphfix's load,
 save, pass manager steps, each pass, the onnx / onnx-graphsurgeon / onnxruntime calls
@@ -10,6 +10,7 @@ they make) are wrapped; each call's time is charged to the innermost probe runni
 RSS peak seen while it ran (VmHWM, reset through /proc/self/clear_refs at every
 probe boundary) and how much RSS it left behind. With --cprofile: the same work
 under cProfile, its top functions by cumulative and by self time.
+`--passes`: the pipeline to run (default: graphfix's own default, no `passes` argument).
 Prints `BENCH_PROFILE {json}` last on stdout.
 """
 
@@ -27,8 +28,6 @@ import sys
 import time
 
 T0 = time.perf_counter()
-
-PIPELINE = "cleanup,fold-constants,fold-bn,cleanup"
 
 PROBES = [
     # (module, attribute path, label); missing ones are skipped (the code moves on)
@@ -152,6 +151,7 @@ def main(argv: list[str]) -> int:
     prof_path = argv[argv.index("--cprofile") + 1] if "--cprofile" in argv else None
     top = int(argv[argv.index("--top") + 1]) if "--top" in argv else 15
     out_path = argv[argv.index("-o") + 1] if "-o" in argv else "/tmp/graphfix-bench-prof.onnx"
+    passes = {"passes": argv[argv.index("--passes") + 1]} if "--passes" in argv else {}
 
     import graphfix
     import graphfix.api
@@ -174,13 +174,14 @@ def main(argv: list[str]) -> int:
         skipped = install(acct)
         t1 += time.perf_counter() - t_install  # wrapping the probes is not work
     model = graphfix.io.load(model_path)
-    result = graphfix.api.run(model, passes=PIPELINE, check=check, input_shapes=shapes or None)
+    result = graphfix.api.run(model, check=check, input_shapes=shapes or None, **passes)
     graphfix.io.save(result.model, out_path)
     if profiler:
         profiler.disable()
     work = time.perf_counter() - t1
     final = _status()
     record = {"model": model_path, "check": check, "import_s": t_import, "work_s": work,
+              "pipeline": passes.get("passes", graphfix.DEFAULT_PIPELINE),
               "rss_after_imports_kib": rss_imports, "rss_end_kib": final["VmRSS"],
               "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
               "passes": [[p.spec, p.status, round(p.seconds, 4)]

@@ -19,6 +19,9 @@ PEERS = ("onnxslim", "onnxsim", "onnxsim-check", "onnxslim-check")
 PACKAGES = ("graphfix", "onnx", "onnx-graphsurgeon", "onnxruntime", "polygraphy", "numpy",
             "protobuf", "onnxslim", "onnxsim")
 TIME_TARGET, MEM_TARGET = 1.5, 1.3
+LATENCY_TOLERANCE = 1.05
+"""A latency ratio up to this counts as "no slower" in the verdicts (noise, see the floor)."""
+LEVELS = (("disable", "off", "ORT_DISABLE_ALL"), ("basic", "basic", "ORT_ENABLE_BASIC"))
 
 
 def _ratio(a, b) -> float | None:
@@ -52,15 +55,24 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
                       *(line(r) for r in rows)])
 
 
+def _affine(row: dict) -> str:
+    """Conv -> Add / Mul by a constant, as `adds/muls` (see bench/evaluate.py)."""
+    if "conv_add" not in row:
+        return "—"
+    return f"{row['conv_add']}/{row['conv_mul']}"
+
+
 def main_table(results: dict) -> str:
     headers = ["model", "tool", "e2e s", "work s", "import s", "e2e ×floor", "work ×floor",
-               "peak MiB", "peak ×floor", "nodes", "BN", "Id", "max |Δ|", "status"]
+               "peak MiB", "peak ×floor", "nodes", "BN", "Id", "Conv→Add/Mul", "max |Δ|",
+               "status"]
     rows = []
     for model, per_tool in results.items():
         floor = per_tool.get("floor", {})
         orig = per_tool.get("_original", {})
         rows.append([model, "(original)", "", "", "", "", "", "", "", str(orig.get("nodes", "?")),
-                     str(orig.get("bn", "?")), str(orig.get("identity", "?")), "", ""])
+                     str(orig.get("bn", "?")), str(orig.get("identity", "?")), _affine(orig),
+                     "", ""])
         for tool, r in per_tool.items():
             if tool.startswith("_"):
                 continue
@@ -75,8 +87,123 @@ def main_table(results: dict) -> str:
                 _fmt(_mib(r.get("peak_kib")), ".0f"),
                 _fmt(_ratio(r.get("peak_kib"), floor.get("peak_kib")), ".2f", "×"),
                 str(r.get("nodes", "—")), str(r.get("bn", "—")), str(r.get("identity", "—")),
-                _diff(r), status])
+                _affine(r), _diff(r), status])
     return table(headers, rows)
+
+
+def op_changes_table(results: dict, top: int = 6) -> str:
+    """Per output: the op types whose counts moved most against the original's."""
+    rows = []
+    for model, per_tool in results.items():
+        orig = per_tool.get("_original", {}).get("ops")
+        if not orig:
+            continue
+        first = True
+        for tool, r in per_tool.items():
+            if tool.startswith("_") or tool == "floor" or "ops" not in r:
+                continue
+            ops = r["ops"]
+            moved = [(op, ops.get(op, 0) - orig.get(op, 0)) for op in set(orig) | set(ops)]
+            moved = sorted((m for m in moved if m[1]), key=lambda m: (-abs(m[1]), m[0]))
+            shown = ", ".join(f"{op} {d:+d}" for op, d in moved[:top])
+            if len(moved) > top:
+                shown += f", … ({len(moved) - top} more types)"
+            rows.append([model if first else "", tool, str(r.get("nodes", "?")),
+                         shown or "(none)"])
+            first = False
+    if not rows:
+        return ""
+    return table(["model", "tool", "nodes", f"largest op-count changes vs the original "
+                  f"(top {top})"], rows)
+
+
+def _best_peer(per_tool: dict, level: str, key: str = "median_ms"
+               ) -> tuple[str | None, float | None]:
+    found = [(r[level][key], t) for t, r in per_tool.items()
+             if t in PEERS and key in r.get(level, {})]
+    if not found:
+        return None, None
+    ms, tool = min(found)
+    return tool, ms
+
+
+def latency_table(lat: dict, results: dict) -> str:
+    headers = ["model", "tool", "nodes", "Conv→Add/Mul"]
+    for _, short, _ in LEVELS:
+        headers += [f"{short}: median ms", f"{short}: p90 ms", f"{short}: min ms",
+                    f"{short}: ×orig", f"{short}: ×best peer"]
+    rows = []
+    for model, per_tool in lat.items():
+        first = True
+        for tool, r in per_tool.items():
+            info = results.get(model, {}).get("_original" if tool == "(original)" else tool, {})
+            same = next((x.get("same_as") for x in r.values() if x.get("same_as")), None)
+            cells = [model if first else "", tool + (f" (= {same})" if same else ""),
+                     str(info.get("nodes", "?")), _affine(info)]
+            first = False
+            for level, _, _ in LEVELS:
+                x = r.get(level, {})
+                if "median_ms" not in x:
+                    cells += [f"FAILED: {x.get('error', 'not run')[:60]}", "", "", "", ""]
+                    continue
+                orig = per_tool.get("(original)", {}).get(level, {}).get("median_ms")
+                _, peer = _best_peer(per_tool, level)
+                cells += [f"{x['median_ms']:.3f}", f"{x['p90_ms']:.3f}", f"{x['min_ms']:.3f}",
+                          _fmt(_ratio(x["median_ms"], orig), ".2f", "×"),
+                          _fmt(_ratio(x["median_ms"], peer), ".2f", "×")]
+            rows.append(cells)
+    return table(headers, rows)
+
+
+def latency_verdicts(lat: dict) -> tuple[str, list[str]]:
+    """graphfix's output against the original's and the best peer's latency, per level:
+    by medians (the measure), and by minimums (the least disturbed call of each)."""
+    tol = LATENCY_TOLERANCE
+    headers = ["model", "opt level", "original ms", "graphfix ms", "×original", "best peer ms",
+               "×best peer", "by min: ×orig / ×best peer", "floor ×orig (noise)",
+               f"no slower (≤{tol:.2f}×)"]
+    rows, misses = [], []
+    for model, per_tool in lat.items():
+        ours = [t for t in ("graphfix", "graphfix-nocheck") if t in per_tool
+                and not any(x.get("same_as") for x in per_tool[t].values())]
+        if not ours:
+            rows.append([model, "—", "", "", "", "", "", "", "",
+                         "n/a: graphfix left no output (it failed, see above)"])
+            misses.append(f"{model}: no graphfix output to measure")
+        for tool in ours:
+            for level, _, name in LEVELS:
+                def get(who, key="median_ms", level=level, per_tool=per_tool):
+                    return per_tool.get(who, {}).get(level, {}).get(key)
+
+                g, o, f = get(tool), get("(original)"), get("floor")
+                peer, p = _best_peer(per_tool, level)
+                _, p_min = _best_peer(per_tool, level, "min_ms")
+                r_o, r_p = _ratio(g, o), _ratio(g, p)
+                m_o = _ratio(get(tool, "min_ms"), get("(original)", "min_ms"))
+                m_p = _ratio(get(tool, "min_ms"), p_min)
+                bad = [what for what, r in (("original", r_o), ("best peer", r_p))
+                       if r is not None and r > tol]
+                bad_min = [r for r in (m_o, m_p) if r is not None and r > tol]
+                if g is None:
+                    verdict = "n/a"
+                elif not bad:
+                    verdict = "ok"
+                elif not bad_min:
+                    verdict = f"slower than {' and '.join(bad)} by median only: noise?"
+                else:
+                    verdict = f"SLOWER than {' and '.join(bad)} (median and min)"
+                if bad:
+                    misses.append(f"{model} {name} ({tool}): {verdict} "
+                                  f"({_fmt(r_o, '.2f', '×')} original, "
+                                  f"{_fmt(r_p, '.2f', '×')} {peer})")
+                rows.append([model, name, _fmt(o, ".3f"),
+                             _fmt(g, ".3f") + ("" if tool == "graphfix" else f" ({tool})"),
+                             _fmt(r_o, ".2f", "×"),
+                             "—" if peer is None else f"{p:.3f} ({peer})",
+                             _fmt(r_p, ".2f", "×"),
+                             f"{_fmt(m_o, '.2f', '×')} / {_fmt(m_p, '.2f', '×')}",
+                             _fmt(_ratio(f, o), ".2f", "×"), verdict])
+    return table(headers, rows), misses
 
 
 def versus_table(results: dict, ours: str) -> str:
@@ -165,12 +292,19 @@ def machine() -> dict[str, str]:
             "packages": ", ".join(versions)}
 
 
-def render_terminal(results: dict, meta: dict) -> str:
+def render_terminal(results: dict, meta: dict, lat: dict | None = None) -> str:
     tgt, misses = targets(results)
-    parts = [main_table(results), "", versus_table(results, "graphfix-nocheck"), "",
+    parts = [f"graphfix pipeline: {meta['pipeline']}", "", main_table(results), "",
+             versus_table(results, "graphfix-nocheck"), "",
              versus_table(results, "graphfix"), "", tgt]
     if misses:
         parts += ["", "targets missed:", *(f"  - {m}" for m in misses)]
+    if lat:
+        verdicts, slower = latency_verdicts(lat)
+        parts += ["", "onnxruntime CPU latency, 1 intra-op thread (off = ORT_DISABLE_ALL, "
+                  "basic = ORT_ENABLE_BASIC):", latency_table(lat, results), "", verdicts]
+        if slower:
+            parts += ["", "latency: graphfix's output slower:", *(f"  - {m}" for m in slower)]
     parts.append(f"\n(bench took {meta['seconds']:.0f} s)")
     return "\n".join(parts)
 
@@ -221,7 +355,86 @@ def profile_section(profiles: dict) -> str:
     return "\n".join(out)
 
 
-def render_markdown(path: Path, results: dict, meta: dict, profiles: dict) -> None:
+def pipeline_line(meta: dict) -> str:
+    how = ("given with `--graphfix-passes`" if meta.get("pipeline_given") else
+           "graphfix's default: `graphfix.DEFAULT_PIPELINE` read at run time, no `passes` "
+           "argument given")
+    line = f"- graphfix pipeline: `{meta.get('pipeline', '?')}` ({how})"
+    used = meta.get("pipelines_used") or []
+    if used and used != [meta.get("pipeline")]:
+        line += (f". **The graphfix runs reported other pipelines: "
+                 f"{', '.join(f'`{u}`' for u in used)}** (graphfix changed during the run?)")
+    return line
+
+
+def latency_section(lat: dict, results: dict, meta: dict) -> str:
+    if not lat:
+        return ""
+    cfg = meta.get("latency") or {}
+    verdicts, slower = latency_verdicts(lat)
+    loads = [x["loadavg"] for per_tool in lat.values() for r in per_tool.values()
+             for x in r.values() if "loadavg" in x]
+    unit = ", ".join(f"{m}: {', '.join(v)}" for m, v in cfg.get("unit_inputs", {}).items())
+    hint = (" Compare with the floor's `×orig`, and rerun with more `--latency-rounds` "
+            "before believing a ratio under about 1.10×.")
+    shapes = ", ".join(f"{m_}: {s}" for m_, s in meta["inputs"].items() if s) or "none"
+    return f"""## Inference latency of the outputs (generated)
+
+onnxruntime {_version('onnxruntime')} on CPU (`CPUExecutionProvider`), in fresh processes
+(`bench/latency.py`), one at a time, never two at once:
+`graph_optimization_level` **off** = `ORT_DISABLE_ALL`, **basic** = `ORT_ENABLE_BASIC`;
+`intra_op_num_threads=1`, `inter_op_num_threads=1`, sequential execution, for stability
+(so these are single-thread latencies, not what a multi-core deployment would see).
+Batch 1: the seeded inputs of `bench/evaluate.py` (dynamic batch dims 1; shapes
+{shapes}; inputs in [0, 1): {unit or 'none'}; the rest standard normal), the same
+arrays for every file. Each (file, level) is measured in {cfg.get('rounds', '?')} processes
+(rounds: every file once, then again, odd rounds in reverse order), each making
+{cfg.get('warmup', '?')} untimed warm-up calls and then {cfg.get('per_process', '?')} timed
+`session.run` calls (more for fast models: until {cfg.get('min_time_s', '?')} s of calls over
+the rounds, at most 20× as many); the {cfg.get('runs', '?')}+ timed calls are pooled.
+`median ms` / `p90 ms` / `min ms` = wall time per call (`time.perf_counter`; the raw
+data also has each call's CPU time, which on this VM rises and falls with the wall time,
+so it does not filter out the other work). `×orig` = median over the original's median
+at the same level; `×best peer` = over the fastest peer output's
+({', '.join(PEERS)}). Tools whose
+outputs are byte-identical share one measurement, marked `(= tool)`; the floor is always
+measured again: its file is the original's (byte-identical on these models), so its
+`×orig` is pure measurement noise. The machine
+is shared (2 cores, other work running): highest 1-minute load average seen during these
+measurements {max(loads) if loads else float('nan'):.2f}. Other work on the machine slows
+every call of a process for seconds at a time (up to about 2× seen), so one process's
+median can be off by 10–80 %, hence the rounds: a spell that hits one of a file's
+processes moves the pooled median much less. The minimum is steadier (within 5 % over 8
+processes of the same file) but not immune. The verdicts below therefore also give the
+ratios of the minimums: a ratio above {LATENCY_TOLERANCE:.2f}× by median but not by
+minimum is most likely noise; rerun with more `--latency-rounds` (and a few `--models`)
+to settle a verdict. `Conv→Add/Mul` = Conv nodes whose
+only consumer is an Add / Mul by a constant (bias or scale left outside the Conv), as
+adds/muls.
+
+{latency_table(lat, results)}
+
+### graphfix's output against the original and the best peer
+
+{verdicts}
+
+{"Slower: " + "; ".join(slower) + "." + hint if slower else _ALL_FAST}
+"""
+
+
+_ALL_FAST = (f"graphfix's output is no slower (≤ {LATENCY_TOLERANCE:.2f}×) than the original "
+             "and the best peer everywhere.")
+
+
+def _version(pkg: str) -> str:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def render_markdown(path: Path, results: dict, meta: dict, profiles: dict,
+                    lat: dict | None = None) -> None:
     analysis = f"{ANALYSIS_BEGIN}\n## Reading\n\n(not written yet)\n{ANALYSIS_END}"
     if path.exists():
         old = path.read_text()
@@ -240,7 +453,12 @@ Generated by `bench/run_bench.py` on {_dt.datetime.now().strftime('%Y-%m-%d %H:%
 - Command: `{meta['command']}`
 - Machine: {m['cpu']}, {m['cores']} cores, {m['ram']} RAM; {m['os']}
 - Python {m['python']}; {m['packages']}
+{pipeline_line(meta)}
 - Runs: {meta['runs']} per (tool, model), each in a fresh process, interleaved; medians shown.
+- Latency of the outputs: {"measured, see *Inference latency of the outputs* below"
+                           if lat else "not measured (no `--latency`)"}.
+- Noise: a shared 2-core VM, with other work running at the same time; times vary by
+  ±20–40 % from run to run.
 - Input shapes given to every tool that takes them: {shapes}
 
 Tools:
@@ -255,10 +473,16 @@ by the parent; `work` = load → transform → save inside the child (lazy impor
 the work count here); `import` = the tool's top-level import. `peak` = peak RSS of the
 child process (`ru_maxrss` from `os.wait4`). `×floor` = ratio to `onnx.load` + `onnx.save`
 of the same model. `nodes`, `BN` (BatchNormalization), `Id` (Identity) count subgraph nodes
-too. `max |Δ|` = largest absolute difference of any output from the original's
-(onnxruntime CPU, graph optimizations disabled, seeded inputs).
+too; `Conv→Add/Mul` = Conv nodes whose only consumer is an Add / Mul by a constant (a bias
+or scale not folded into the Conv; TensorRT-unfriendly), as adds/muls. `max |Δ|` = largest
+absolute difference of any output from the original's (onnxruntime CPU, graph
+optimizations disabled, seeded inputs).
 
 {main_table(results)}
+
+### Op types that changed most
+
+{op_changes_table(results)}
 
 ### graphfix --no-check against each peer (ratio < 1: graphfix is faster / smaller)
 
@@ -273,6 +497,8 @@ too. `max |Δ|` = largest absolute difference of any output from the original's
 {tgt}
 
 {"Missed: " + "; ".join(misses) + "." if misses else "All targets met."}
+
+{latency_section(lat or {}, results, meta)}
 
 {profile_section(profiles)}
 """
