@@ -4,6 +4,7 @@ from graphfix.graph.convert import to_graph, to_model
 from graphfix.graph.rewire import (
     bypass,
     constant_value,
+    fresh_name,
     is_graph_output,
     replace_in,
     take_output,
@@ -23,6 +24,7 @@ __all__ = [
     "constant_value",
     "count_nodes",
     "fingerprint",
+    "fresh_name",
     "is_graph_output",
     "is_onnx",
     "node_label",

@@ -91,3 +91,12 @@ def replace_in(tensors: list, old: gs.Tensor, new: gs.Tensor) -> None:
     for i, t in enumerate(tensors):
         if t is old:
             tensors[i] = new
+
+
+def fresh_name(base: str, names: set[str]) -> str:
+    """`base`, or `base_1`, `base_2`... whichever is not in `names` (which it then joins)."""
+    name, i = base, 1
+    while name in names:
+        name, i = f"{base}_{i}", i + 1
+    names.add(name)
+    return name

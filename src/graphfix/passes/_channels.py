@@ -17,12 +17,22 @@ The helpers here never write into an array they read: new values are new arrays.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import constant_value, is_graph_output, is_onnx, take_output
+from graphfix.graph import (
+    all_graphs,
+    constant_value,
+    is_graph_output,
+    is_onnx,
+    node_label,
+    take_output,
+)
+from graphfix.passes.base import Note, PassResult
 
 CONV_OPS = ("Conv", "ConvTranspose")
 
@@ -211,10 +221,38 @@ def absorb(m: Match) -> None:
     take_output(m.producer, y, out)
 
 
-def fresh(base: str, names: set[str]) -> str:
-    """`base`, or `base_1`, `base_2`... whichever is not in `names` (which it then joins)."""
-    name, i = base, 1
-    while name in names:
-        name, i = f"{base}_{i}", i + 1
-    names.add(name)
-    return name
+
+def fold_elementwise(
+    graph: gs.Graph,
+    ops: tuple[str, ...],
+    producers: tuple[str, ...],
+    plan: Callable[[Match], Any],
+    rewrite: Callable[[Match, Any, set[str]], None],
+    what: Callable[[Match], str],
+    nothing: str,
+) -> PassResult:
+    """The loop both fuse passes share: every `ops` node reading a `producers` output and
+    a constant is matched, planned (`plan` returns the new values or why not), rewritten,
+    and counted under `what(match)`; `nothing` is the note when no candidate exists."""
+    result = PassResult(changed=False)
+    names = {name for g in all_graphs(graph) for name in g.tensors()}
+    found = 0
+    for g in all_graphs(graph):
+        node_ids = {id(n) for n in g.nodes}
+        for node in [n for n in g.nodes if is_onnx(n, *ops)]:
+            if not node.outputs:  # already folded and disconnected
+                continue
+            checked = match(g, node, producers, node_ids)
+            if checked is None:
+                continue
+            found += 1
+            planned = plan(checked) if isinstance(checked, Match) else checked
+            if isinstance(planned, str):
+                result.notes.append(Note(subject=node_label(node), reason=planned))
+                continue
+            result.counts[what(checked)] += 1
+            rewrite(checked, planned, names)
+            result.changed = True
+    if not found:
+        result.notes.append(Note(subject="graph", reason=nothing))
+    return result

@@ -21,6 +21,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 from onnx import helper
 
+from graphfix.graph import fresh_name
+
 # MLAS activation -> number of activation_params.
 CONV_ACTIVATIONS = {
     "Relu": 0, "Tanh": 0, "Sigmoid": 0, "LeakyRelu": 1, "Clip": 2, "HardSigmoid": 2,
@@ -145,11 +147,7 @@ class Emitter:
         self.names = names
 
     def fresh(self, base: str) -> str:
-        name, i = base, 1
-        while name in self.names:
-            name, i = f"{base}_{i}", i + 1
-        self.names.add(name)
-        return name
+        return fresh_name(base, self.names)
 
     def const(self, base: str, value: np.ndarray) -> gs.Constant:
         return gs.Constant(self.fresh(base), np.asarray(value))

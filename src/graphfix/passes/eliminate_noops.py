@@ -45,6 +45,7 @@ from graphfix.graph import (
     all_graphs,
     bypass,
     constant_value,
+    fresh_name,
     is_graph_output,
     is_onnx,
     node_label,
@@ -184,7 +185,7 @@ def _apply(view: _View, node: gs.Node, plan: _Plan) -> str | None:
         for key, value in plan.attrs.items():
             node.attrs[key] = value
         if plan.shape is not None:
-            name = _fresh(f"{node.outputs[0].name}_shape", view.names)
+            name = fresh_name(f"{node.outputs[0].name}_shape", view.names)
             node.inputs[1] = gs.Constant(name, plan.shape)
     if plan.drop is not None:
         plan.drop.inputs.clear()
@@ -417,10 +418,3 @@ def _collapse(first: gs.Node, node: gs.Node) -> _Plan | str:
         plan.shape = np.array(resolved, dtype=np.int64)
     return plan
 
-
-def _fresh(base: str, names: set[str]) -> str:
-    name, i = base, 1
-    while name in names:
-        name, i = f"{base}_{i}", i + 1
-    names.add(name)
-    return name

@@ -37,6 +37,7 @@ import onnx_graphsurgeon as gs
 from graphfix.graph import (
     all_graphs,
     constant_value,
+    fresh_name,
     is_graph_output,
     is_onnx,
     node_label,
@@ -344,8 +345,8 @@ _FOLDERS: dict[str, Callable[[gs.Node, gs.Node, _Affine], _Plan | str]] = {
 def _rewrite(bn: gs.Node, producer: gs.Node, plan: _Plan, names: set[str]) -> None:
     """New constants into `producer`; it takes the BN's output tensor; the BN is disconnected."""
     base = bn.outputs[0].name
-    producer.inputs[1] = gs.Constant(_fresh(f"{base}_folded_weight", names), plan.weight)
-    bias = gs.Constant(_fresh(f"{base}_folded_bias", names), plan.bias)
+    producer.inputs[1] = gs.Constant(fresh_name(f"{base}_folded_weight", names), plan.weight)
+    bias = gs.Constant(fresh_name(f"{base}_folded_bias", names), plan.bias)
     if len(producer.inputs) > plan.bias_index:
         producer.inputs[plan.bias_index] = bias
     else:
@@ -358,10 +359,3 @@ def _rewrite(bn: gs.Node, producer: gs.Node, plan: _Plan, names: set[str]) -> No
     bn.outputs.clear()
     take_output(producer, x, y)
 
-
-def _fresh(base: str, names: set[str]) -> str:
-    name, i = base, 1
-    while name in names:
-        name, i = f"{base}_{i}", i + 1
-    names.add(name)
-    return name

@@ -33,20 +33,19 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import all_graphs, constant_value, is_onnx, node_label
+from graphfix.graph import constant_value, fresh_name
 from graphfix.passes._channels import (
     Match,
     absorb,
     channel_vector,
     conv_weights,
     dtype_reason,
-    fresh,
-    match,
+    fold_elementwise,
     out_channels,
     set_input,
     tensor_dtype,
 )
-from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
+from graphfix.passes.base import NoOptions, Pass, PassContext, PassResult
 
 _LINEAR_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
@@ -85,31 +84,10 @@ class FuseConvBias(Pass):
     Options = NoOptions
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
-        result = PassResult(changed=False)
-        names = {name for g in all_graphs(graph) for name in g.tensors()}
-        found = 0
-        for g in all_graphs(graph):
-            node_ids = {id(n) for n in g.nodes}
-            for node in [n for n in g.nodes if is_onnx(n, "Add", "Sub")]:
-                if not node.outputs:  # already folded and disconnected
-                    continue
-                checked = match(g, node, _LINEAR_OPS, node_ids)
-                if checked is None:
-                    continue
-                found += 1
-                plan = _plan(checked) if isinstance(checked, Match) else checked
-                if isinstance(plan, str):
-                    result.notes.append(Note(subject=node_label(node), reason=plan))
-                    continue
-                result.counts[_what(checked)] += 1
-                _rewrite(checked, plan, names)
-                result.changed = True
-        if not found:
-            result.notes.append(Note(
-                subject="graph",
-                reason="no Add or Sub of a Conv, ConvTranspose, Gemm or MatMul output",
-            ))
-        return result
+        return fold_elementwise(
+            graph, ("Add", "Sub"), _LINEAR_OPS, _plan, _rewrite, _what,
+            "no Add or Sub of a Conv, ConvTranspose, Gemm or MatMul output",
+        )
 
 
 def _what(m: Match) -> str:
@@ -245,7 +223,7 @@ def _matrix_reason(
 
 def _rewrite(m: Match, plan: _Plan, names: set[str]) -> None:
     what = "C" if plan.op == "Gemm" or m.producer.op == "Gemm" else "bias"
-    name = fresh(f"{m.node.outputs[0].name}_fused_{what}", names)
+    name = fresh_name(f"{m.node.outputs[0].name}_fused_{what}", names)
     set_input(m.producer, 2, gs.Constant(name, plan.bias))
     if plan.op:
         m.producer.op = plan.op

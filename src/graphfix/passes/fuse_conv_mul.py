@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import all_graphs, is_onnx, node_label
+from graphfix.graph import fresh_name
 from graphfix.passes._channels import (
     CONV_OPS,
     Match,
@@ -32,13 +32,12 @@ from graphfix.passes._channels import (
     channel_vector,
     conv_weights,
     dtype_reason,
-    fresh,
-    match,
+    fold_elementwise,
     out_channels,
     scale_out_channels,
     set_input,
 )
-from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
+from graphfix.passes.base import NoOptions, Pass, PassContext, PassResult
 
 
 class FuseConvMul(Pass):
@@ -62,30 +61,14 @@ class FuseConvMul(Pass):
     Options = NoOptions
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
-        result = PassResult(changed=False)
-        names = {name for g in all_graphs(graph) for name in g.tensors()}
-        found = 0
-        for g in all_graphs(graph):
-            node_ids = {id(n) for n in g.nodes}
-            for node in [n for n in g.nodes if is_onnx(n, "Mul", "Div")]:
-                if not node.outputs:  # already folded and disconnected
-                    continue
-                checked = match(g, node, CONV_OPS, node_ids)
-                if checked is None:
-                    continue
-                found += 1
-                plan = _plan(checked) if isinstance(checked, Match) else checked
-                if isinstance(plan, str):
-                    result.notes.append(Note(subject=node_label(node), reason=plan))
-                    continue
-                _rewrite(checked, plan, names)
-                result.counts[f"fused {node.op} into {checked.producer.op} weights"] += 1
-                result.changed = True
-        if not found:
-            result.notes.append(
-                Note(subject="graph", reason="no Mul or Div of a Conv or ConvTranspose output")
-            )
-        return result
+        return fold_elementwise(
+            graph, ("Mul", "Div"), CONV_OPS, _plan, _rewrite, _what,
+            "no Mul or Div of a Conv or ConvTranspose output",
+        )
+
+
+def _what(m: Match) -> str:
+    return f"fused {m.node.op} into {m.producer.op} weights"
 
 
 def _plan(m: Match) -> tuple[np.ndarray, np.ndarray | None] | str:
@@ -116,7 +99,7 @@ def _plan(m: Match) -> tuple[np.ndarray, np.ndarray | None] | str:
 def _rewrite(m: Match, plan: tuple[np.ndarray, np.ndarray | None], names: set[str]) -> None:
     weight, bias = plan
     base = m.node.outputs[0].name
-    m.producer.inputs[1] = gs.Constant(fresh(f"{base}_fused_weight", names), weight)
+    m.producer.inputs[1] = gs.Constant(fresh_name(f"{base}_fused_weight", names), weight)
     if bias is not None:
-        set_input(m.producer, 2, gs.Constant(fresh(f"{base}_fused_bias", names), bias))
+        set_input(m.producer, 2, gs.Constant(fresh_name(f"{base}_fused_bias", names), bias))
     absorb(m)
