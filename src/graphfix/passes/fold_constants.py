@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import count_nodes
+from graphfix.graph import all_graphs, count_nodes, is_onnx
 from graphfix.graph.shapes import infer_shapes
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
 
@@ -42,11 +42,16 @@ class FoldConstants(Pass):
         from onnx_graphsurgeon.logger import G_LOGGER
 
         before = count_nodes(graph)
-        graph.toposort()
-        if self.options.shapes:
+        if self.options.shapes and any(
+            t.shape is None for t in _shape_inputs(graph)
+        ):
             # gs folds Shape only where the graph already knows the shape; exporters
             # often write none for intermediates, so infer them first.
             infer_shapes(graph)
+        if not _has_candidates(graph, self.options.shapes):
+            return PassResult(changed=False, notes=[Note(
+                "graph", "no node has only constant inputs, and no Shape reads a known dim")])
+        graph.toposort()
         # gs evaluates each subgraph as a model of its own, exported with the graph's
         # ir_version; subgraphs have none, so onnx's newest would be written, which
         # the installed onnxruntime may refuse (and folding silently does nothing).
@@ -69,3 +74,31 @@ class FoldConstants(Pass):
         else:
             result.notes.append(Note("graph", "no node has only constant inputs"))
         return result
+
+
+def _shape_inputs(graph: gs.Graph) -> list[gs.Tensor]:
+    """The tensors that Shape and Size nodes read."""
+    return [n.inputs[0] for g in all_graphs(graph) for n in g.nodes
+            if is_onnx(n, "Shape", "Size") and n.inputs]
+
+
+def _has_candidates(graph: gs.Graph, shapes: bool) -> bool:
+    """Whether gs could fold anything: a node (not a Constant) whose inputs are all
+    constants, or, with `shapes`, a Shape/Size of a tensor with at least one known dim.
+    Checking first skips gs's export + onnxruntime round trip when nothing can fold."""
+    for g in all_graphs(graph):
+        for node in g.nodes:
+            if node.op == "Constant" or not node.outputs:
+                continue
+            inputs = [t for t in node.inputs if t.name]
+            if inputs and all(_is_constant(t) for t in inputs):
+                return True
+            if shapes and is_onnx(node, "Shape", "Size") and node.inputs:
+                shape = node.inputs[0].shape
+                if shape is not None and any(isinstance(d, int) and d >= 0 for d in shape):
+                    return True
+    return False
+
+
+def _is_constant(t: gs.Tensor) -> bool:
+    return isinstance(t, gs.Constant) or (len(t.inputs) == 1 and t.inputs[0].op == "Constant")
