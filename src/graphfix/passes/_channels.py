@@ -222,6 +222,27 @@ def absorb(m: Match) -> None:
 
 
 
+def conv_operands(m: Match) -> tuple[np.ndarray, np.ndarray | None, np.ndarray] | str:
+    """The conv's weights, its bias (None when absent) and the constant as one float64
+    value per output channel, or why the constant does not fold into this conv."""
+    weights = conv_weights(m.producer)
+    if isinstance(weights, str):
+        return weights
+    w, b = weights
+    reason = dtype_reason(m, w.dtype)
+    if reason:
+        return reason
+    channels = out_channels(m.producer, w)
+    if isinstance(channels, str):
+        return channels
+    vector = channel_vector(m.value, w.ndim, channels, f"{m.producer.op} output")
+    if isinstance(vector, str):
+        return vector
+    if b is not None and b.size != channels:
+        return f"the {m.producer.op} bias has {b.size} values for {channels} output channels"
+    return w, b, vector
+
+
 def fold_elementwise(
     graph: gs.Graph,
     ops: tuple[str, ...],

@@ -37,11 +37,9 @@ from graphfix.graph import constant_value, fresh_name
 from graphfix.passes._channels import (
     Match,
     absorb,
-    channel_vector,
-    conv_weights,
+    conv_operands,
     dtype_reason,
     fold_elementwise,
-    out_channels,
     set_input,
     tensor_dtype,
 )
@@ -106,22 +104,11 @@ def _sign(m: Match) -> float:
 
 def _plan_conv(m: Match) -> _Plan | str:
     """Conv and ConvTranspose: the per-channel constant joins the (possibly new) bias."""
-    weights = conv_weights(m.producer)
-    if isinstance(weights, str):
-        return weights
-    w, b = weights
-    reason = dtype_reason(m, w.dtype)
-    if reason:
-        return reason
-    channels = out_channels(m.producer, w)
-    if isinstance(channels, str):
-        return channels
-    shift = channel_vector(m.value, w.ndim, channels, f"{m.producer.op} output")
-    if isinstance(shift, str):
-        return shift
-    if b is not None and b.size != channels:
-        return f"the {m.producer.op} bias has {b.size} values for {channels} output channels"
-    old = np.zeros(channels) if b is None else b.astype(np.float64).reshape(-1)
+    operands = conv_operands(m)
+    if isinstance(operands, str):
+        return operands
+    w, b, shift = operands
+    old = np.zeros(shift.size) if b is None else b.astype(np.float64).reshape(-1)
     return _Plan(bias=(old + _sign(m) * shift).astype(w.dtype))
 
 

@@ -29,11 +29,8 @@ from graphfix.passes._channels import (
     CONV_OPS,
     Match,
     absorb,
-    channel_vector,
-    conv_weights,
-    dtype_reason,
+    conv_operands,
     fold_elementwise,
-    out_channels,
     scale_out_channels,
     set_input,
 )
@@ -73,25 +70,14 @@ def _what(m: Match) -> str:
 
 def _plan(m: Match) -> tuple[np.ndarray, np.ndarray | None] | str:
     """New (weights, bias or None) for the producer, or why the constant does not fold."""
-    weights = conv_weights(m.producer)
-    if isinstance(weights, str):
-        return weights
-    w, b = weights
-    reason = dtype_reason(m, w.dtype)
-    if reason:
-        return reason
-    channels = out_channels(m.producer, w)
-    if isinstance(channels, str):
-        return channels
-    scale = channel_vector(m.value, w.ndim, channels, f"{m.producer.op} output")
-    if isinstance(scale, str):
-        return scale
+    operands = conv_operands(m)
+    if isinstance(operands, str):
+        return operands
+    w, b, scale = operands
     if m.node.op == "Div":
         if np.any(scale == 0):
             return "its divisor is zero for some channel, so the quotient is not a finite scale"
         scale = 1.0 / scale
-    if b is not None and b.size != channels:
-        return f"the {m.producer.op} bias has {b.size} values for {channels} output channels"
     new_b = None if b is None else (b.astype(np.float64).reshape(-1) * scale).astype(b.dtype)
     return scale_out_channels(m.producer, w, scale), new_b
 
