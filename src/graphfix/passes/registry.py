@@ -16,6 +16,7 @@ from graphfix.passes.fold_constants import FoldConstants
 from graphfix.passes.fuse_conv_bias import FuseConvBias
 from graphfix.passes.fuse_conv_mul import FuseConvMul
 from graphfix.passes.fuse_pad_conv import FusePadConv
+from graphfix.passes.merge_duplicates import MergeDuplicates
 from graphfix.passes.normalize_activations import NormalizeActivations
 from graphfix.passes.unfuse_contrib import UnfuseContrib
 
@@ -30,6 +31,7 @@ PASSES: tuple[type[Pass], ...] = (
     FusePadConv,
     NormalizeActivations,
     DedupConstants,
+    MergeDuplicates,
     UnfuseContrib,
 )
 
@@ -49,7 +51,8 @@ PRESETS: tuple[Preset, ...] = (
     Preset(
         "trt-prep",
         "Make Conv -> bias -> activation chains fusible for TensorRT: unfuse contrib ops, "
-        "remove no-ops, fold BatchNorm/Mul/Add/Pad into convs, normalize activations.",
+        "remove no-ops, fold BatchNorm/Mul/Add/Pad into convs, normalize activations, "
+        "share repeated constants and expressions.",
         (
             "cleanup",
             "fold-constants",
@@ -61,6 +64,7 @@ PRESETS: tuple[Preset, ...] = (
             "fuse-pad-conv",
             "normalize-activations",
             "dedup-constants",
+            "merge-duplicates",
             "cleanup",
         ),
         max_rounds=4,

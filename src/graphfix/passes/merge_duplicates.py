@@ -1,0 +1,102 @@
+"""`merge-duplicates`: compute each distinct expression once (common subexpressions).
+
+    y1 = Op(a, b; attrs), y2 = Op(a, b; attrs)  ->  y1 = Op(a, b; attrs), readers of y2 read y1
+
+Two nodes are duplicates when they have the same op, domain, attributes and the very
+same input tensors (run `dedup-constants` first so equal constants are one tensor).
+Exporters repeat whole shape computations (torchvision's SSD repeats one
+`NonZero(Greater(scores, t))` per class), and every copy is a layer TensorRT builds.
+
+Left alone: ops whose result is random (RandomNormal, Bernoulli, ...), nodes with a
+subgraph (If/Loop/Scan), nodes outside the standard ONNX domain (a custom op may
+have side effects), and a duplicate whose output is a graph output (its name must
+stay). Works in every graph (If/Loop/Scan bodies too), each on its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import all_graphs, is_graph_output, is_onnx, node_label, replace_in
+from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
+
+_RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                     "Multinomial", "Bernoulli", "Dropout"})
+_MERGED = "merged duplicate nodes"
+
+
+class MergeDuplicates(Pass):
+    """Merges nodes that compute the same op on the same inputs with the same attributes.
+
+    Handles any deterministic standard-domain op without a subgraph, with any number of
+    outputs; nodes are visited in topological order, so chains of duplicates merge in
+    one run. Skips, with a note, a duplicate that writes a graph output.
+    """
+
+    name = "merge-duplicates"
+    summary = "Compute each repeated expression once (same op, attributes and input tensors)"
+    Options = NoOptions
+
+    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        result = PassResult(changed=False)
+        for g in all_graphs(graph):
+            seen: dict[tuple, gs.Node] = {}
+            for node in list(g.nodes):
+                key = _key(node)
+                if key is None:
+                    continue
+                first = seen.setdefault(key, node)
+                if first is node:
+                    continue
+                if any(is_graph_output(g, t) for t in node.outputs):
+                    result.notes.append(Note(node_label(node), f"it repeats {node_label(first)} "
+                                             "but writes a graph output, whose name must stay"))
+                    continue
+                for dup, kept in zip(node.outputs, first.outputs, strict=True):
+                    for reader in list(dup.outputs):
+                        replace_in(reader.inputs, dup, kept)
+                node.outputs.clear()
+                node.inputs.clear()
+                result.counts[_MERGED] += 1
+        result.changed = bool(result.counts)
+        if not result.changed and not result.notes:
+            result.notes.append(
+                Note("graph", "no two nodes compute the same op on the same inputs")
+            )
+        return result
+
+
+def _key(node: gs.Node) -> tuple | None:
+    """What makes two nodes the same computation, or None when the node must not merge."""
+    if not node.outputs or not is_onnx(node) or node.op in _RANDOM:
+        return None
+    attrs = []
+    for name, value in sorted(node.attrs.items()):
+        key = _attr_key(value)
+        if key is None:
+            return None
+        attrs.append((name, key))
+    inputs = tuple(id(t) if t.name else "" for t in node.inputs)
+    return (node.op, inputs, len(node.outputs), tuple(attrs))
+
+
+def _attr_key(value: Any) -> Any:
+    if isinstance(value, gs.Graph):
+        return None
+    if isinstance(value, gs.Constant):
+        value = value._values.load() if hasattr(value._values, "load") else value._values
+    if isinstance(value, np.ndarray):
+        data = np.ascontiguousarray(value)
+        return ("array", data.dtype.str, data.shape, hashlib.blake2b(data.tobytes()).hexdigest())
+    if isinstance(value, (list, tuple)):
+        keys = [_attr_key(v) for v in value]
+        return None if any(k is None for k in keys) else ("list", tuple(keys))
+    if isinstance(value, float):
+        return ("float", value.hex())
+    if isinstance(value, (int, str, bytes, bool)) or value is None:
+        return (type(value).__name__, value)
+    return ("other", type(value).__name__, repr(value))
