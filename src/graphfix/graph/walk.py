@@ -65,17 +65,25 @@ def fingerprint(graph: gs.Graph) -> tuple:
     parts: list[Any] = [
         ("opsets", graph.opset, tuple((d.domain, d.version) for d in graph.import_domains or ()))
     ]
+    tensors: dict[int, gs.Tensor] = {}
     for g in all_graphs(graph):
-        parts.append(("graph", id(g), tuple(_tensor_key(t) for t in g.inputs),
-                      tuple(_tensor_key(t) for t in g.outputs)))
+        parts.append(("graph", id(g), _ids(g.inputs, tensors), _ids(g.outputs, tensors)))
         for node in g.nodes:
+            attrs = node.attrs
             parts.append((
                 id(node), node.op, node.name, node.domain,
-                tuple(_tensor_key(t) for t in node.inputs),
-                tuple(_tensor_key(t) for t in node.outputs),
-                tuple((k, _attr_key(v)) for k, v in node.attrs.items()),
+                _ids(node.inputs, tensors), _ids(node.outputs, tensors),
+                tuple((k, _attr_key(v)) for k, v in attrs.items()) if attrs else (),
             ))
+    # each tensor's own state once, however many nodes read it
+    parts.append(tuple(_tensor_key(t) for t in tensors.values()))
     return tuple(parts)
+
+
+def _ids(ts: list[gs.Tensor], seen: dict[int, gs.Tensor]) -> tuple[int, ...]:
+    ids = tuple(map(id, ts))
+    seen.update(zip(ids, ts, strict=True))
+    return ids
 
 
 def _tensor_key(t: gs.Tensor) -> tuple:
