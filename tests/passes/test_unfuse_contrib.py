@@ -202,9 +202,19 @@ CONV_CASES = {
 def test_fused_conv_becomes_conv_then_activation(case, z):
     activation, params, expected = CONV_CASES[case]
     model = _fused_conv(activation, params, z=z)
+    if activation == "HardSwish" and not _runs_in_onnxruntime(model):
+        pytest.skip(f"onnxruntime {ort.__version__}'s FusedConv has no HardSwish")
     expected = expected[:1] + ["Add"] * z + expected[1:]  # Z is added before the activation
     out = _assert_rewrites(model, expected, {"rewrote FusedConv as standard ops": 1})
     assert out.graph.node[-1].output == ["y"]
+
+
+def _runs_in_onnxruntime(model: onnx.ModelProto) -> bool:
+    try:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception:  # onnxruntime's errors have no common base class
+        return False
+    return True
 
 
 def test_fused_conv_without_bias_and_with_z():
