@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
@@ -15,7 +13,6 @@ from graphfix.graph import fingerprint
 from graphfix.passes.base import PassContext, PassResult
 from graphfix.passes.fold_bn import FoldBatchNorm
 
-MODELS = Path("/work/shared/models")
 FLOAT = TensorProto.FLOAT
 BN_PARAMS = ("scale", "B", "mean", "var")
 
@@ -369,11 +366,8 @@ REAL_MODELS = {
 
 
 @pytest.mark.parametrize("filename", sorted(REAL_MODELS))
-def test_real_model_folds_every_batchnorm(filename):
-    path = MODELS / filename
-    if not path.exists():
-        pytest.skip(f"{path} is not available")
-    model = onnx.load(str(path))  # read-only: never saved back
+def test_real_model_folds_every_batchnorm(filename, shared_model):
+    model = onnx.load(str(shared_model(filename)))  # read-only: never saved back
     bn_count = _ops(model.graph).count("BatchNormalization")
     result, after, graph = _fold(model)
     assert result.notes == []
