@@ -55,3 +55,49 @@ def assert_same_outputs(a, b, feeds, rtol: float = 1e-5, atol: float = 1e-6) -> 
     assert list(ra) == list(rb)
     for name in ra:
         np.testing.assert_allclose(rb[name], ra[name], rtol=rtol, atol=atol, err_msg=name)
+
+
+def build_model(nodes, inputs, outputs, inits, checked=True, value_info=()) -> onnx.ModelProto:
+    """An opset-17 model from onnx.helper parts. With `checked` (the default), output shapes
+    are inferred and the model must pass the full checker; a few skip cases build models
+    onnx rightly rejects, to reach a reason."""
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, "test", inputs, outputs, inits, value_info=value_info)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    if checked:
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)  # output shapes
+        del model.graph.value_info[:]
+        onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def output_types(model: onnx.ModelProto) -> list[tuple[str, int]]:
+    return [(o.name, o.type.tensor_type.elem_type) for o in model.graph.output]
+
+
+def assert_rewrites(pass_: Pass, model, ops_after, counts, feed_sets=None, rtol=1e-5, atol=1e-6):
+    """The pass changes the model into exactly `ops_after`, counts exactly `counts`, skips
+    nothing, keeps output names and types and the numbers, and a second run is a no-op."""
+    out, result = apply(pass_, model)  # also runs onnx.checker on the result
+    assert result.changed
+    assert dict(result.counts) == counts
+    assert result.notes == []
+    assert ops(out) == ops_after
+    assert output_types(out) == output_types(model)
+    for feeds in feed_sets or [feeds_for(model)]:
+        assert_same_outputs(model, out, feeds, rtol=rtol, atol=atol)
+    assert_idempotent(pass_, out)
+    return out
+
+
+def assert_skips(pass_: Pass, model, subject: str, reason: str) -> None:
+    """The pass leaves the graph exactly as it was, with one note: `subject: reason`."""
+    graph = to_graph(model)
+    snapshot = fingerprint(graph)
+    result = pass_.run(graph, PassContext())
+    assert not result.changed
+    assert not result.counts
+    assert [(n.subject, n.reason) for n in result.notes] == [(subject, reason)]
+    assert fingerprint(graph) == snapshot

@@ -5,11 +5,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from gfhelpers import apply, assert_idempotent, assert_same_outputs, feeds_for, ops
+from gfhelpers import assert_rewrites, assert_skips, build_model, output_types
 from onnx import TensorProto, helper, numpy_helper
 
-from graphfix.graph import fingerprint, to_graph
-from graphfix.passes.base import PassContext
 from graphfix.passes.fuse_conv_bias import FuseConvBias
 
 FLOAT = TensorProto.FLOAT
@@ -26,15 +24,7 @@ def _value(name: str, shape, elem=FLOAT) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem, shape)
 
 
-def _model(nodes, inputs, outputs, inits, checked=True, value_info=()) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "test", inputs, outputs, inits, value_info=value_info)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    if checked:  # a few skip cases are models onnx rightly rejects, built to reach a reason
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)  # output shapes
-        del model.graph.value_info[:]
-        onnx.checker.check_model(model, full_check=True)
-    return model
+_model = build_model
 
 
 def _rand(shape, dtype=np.float32, seed: int = 0) -> np.ndarray:
@@ -63,31 +53,12 @@ def _conv_add(
                   checked)
 
 
-def _out_types(model: onnx.ModelProto) -> list[tuple[str, int]]:
-    return [(o.name, o.type.tensor_type.elem_type) for o in model.graph.output]
-
-
 def _assert_fuses(model, ops_after, counts, feed_sets=None, rtol=1e-5, atol=1e-6):
-    out, result = apply(FuseConvBias(), model)  # also runs onnx.checker on the result
-    assert result.changed
-    assert dict(result.counts) == counts
-    assert result.notes == []
-    assert ops(out) == ops_after
-    assert _out_types(out) == _out_types(model)
-    for feeds in feed_sets or [feeds_for(model)]:
-        assert_same_outputs(model, out, feeds, rtol=rtol, atol=atol)
-    assert_idempotent(FuseConvBias(), out)
-    return out
+    return assert_rewrites(FuseConvBias(), model, ops_after, counts, feed_sets, rtol, atol)
 
 
 def _assert_skips(model, reason, subject="Add 'add'"):
-    graph = to_graph(model)
-    snapshot = fingerprint(graph)
-    result = FuseConvBias().run(graph, PassContext())
-    assert not result.changed
-    assert not result.counts
-    assert [(n.subject, n.reason) for n in result.notes] == [(subject, reason)]
-    assert fingerprint(graph) == snapshot
+    assert_skips(FuseConvBias(), model, subject, reason)
 
 
 # ----------------------------------------------------------------------------- conv family
@@ -162,7 +133,7 @@ def test_add_writing_a_graph_output_keeps_its_name():
     model = _model(nodes, [_value("x", [1, 3, 8, 8])], [_value("logits", [1, 4, 6, 6])], inits)
     out = _assert_fuses(model, ["Conv"], {"fused Add into Conv bias": 1})
     assert out.graph.node[0].output == ["logits"]
-    assert _out_types(out) == [("logits", FLOAT)]
+    assert output_types(out) == [("logits", FLOAT)]
 
 
 def _branch(name: str, relu: bool) -> onnx.GraphProto:

@@ -5,11 +5,19 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from gfhelpers import apply, assert_idempotent, assert_same_outputs, feeds_for, ops
+from gfhelpers import (
+    apply,
+    assert_idempotent,
+    assert_rewrites,
+    assert_same_outputs,
+    assert_skips,
+    build_model,
+    feeds_for,
+    ops,
+    output_types,
+)
 from onnx import TensorProto, helper, numpy_helper
 
-from graphfix.graph import fingerprint, to_graph
-from graphfix.passes.base import PassContext
 from graphfix.passes.fuse_conv_bias import FuseConvBias
 from graphfix.passes.fuse_conv_mul import FuseConvMul
 
@@ -27,15 +35,7 @@ def _value(name: str, shape, elem=FLOAT) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem, shape)
 
 
-def _model(nodes, inputs, outputs, inits, checked=True) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "test", inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    if checked:  # a few skip cases are models onnx rightly rejects, built to reach a reason
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)  # output shapes
-        del model.graph.value_info[:]
-        onnx.checker.check_model(model, full_check=True)
-    return model
+_model = build_model
 
 
 def _rand(shape, dtype=np.float32, seed: int = 0) -> np.ndarray:
@@ -69,31 +69,12 @@ def _conv_mul(
     return _model(nodes, [_value("x", list(x_shape), elem)], [_value("y", None, elem)], inits)
 
 
-def _out_types(model: onnx.ModelProto) -> list[tuple[str, int]]:
-    return [(o.name, o.type.tensor_type.elem_type) for o in model.graph.output]
-
-
 def _assert_fuses(model, ops_after, counts, feed_sets=None, rtol=1e-5, atol=1e-6):
-    out, result = apply(FuseConvMul(), model)  # also runs onnx.checker on the result
-    assert result.changed
-    assert dict(result.counts) == counts
-    assert result.notes == []
-    assert ops(out) == ops_after
-    assert _out_types(out) == _out_types(model)
-    for feeds in feed_sets or [feeds_for(model)]:
-        assert_same_outputs(model, out, feeds, rtol=rtol, atol=atol)
-    assert_idempotent(FuseConvMul(), out)
-    return out
+    return assert_rewrites(FuseConvMul(), model, ops_after, counts, feed_sets, rtol, atol)
 
 
 def _assert_skips(model, reason, subject="Mul 'mul'"):
-    graph = to_graph(model)
-    snapshot = fingerprint(graph)
-    result = FuseConvMul().run(graph, PassContext())
-    assert not result.changed
-    assert not result.counts
-    assert [(n.subject, n.reason) for n in result.notes] == [(subject, reason)]
-    assert fingerprint(graph) == snapshot
+    assert_skips(FuseConvMul(), model, subject, reason)
 
 
 # ----------------------------------------------------------------------------- folds
@@ -187,7 +168,7 @@ def test_mul_writing_a_graph_output_keeps_its_name():
     model = _model(nodes, [_value("x", [1, 3, 8, 8])], [_value("features", [1, 4, 6, 6])], inits)
     out = _assert_fuses(model, ["Conv"], {"fused Mul into Conv weights": 1})
     assert out.graph.node[0].output == ["features"]
-    assert _out_types(out) == [("features", FLOAT)]
+    assert output_types(out) == [("features", FLOAT)]
 
 
 def _branch(name: str, relu: bool) -> onnx.GraphProto:
