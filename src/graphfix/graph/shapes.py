@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+from onnx import helper
 from onnx_graphsurgeon.logger import G_LOGGER
 
 from graphfix.graph.skeleton import skeleton
@@ -40,20 +42,39 @@ def infer_shapes(graph: gs.Graph, clear: bool = False) -> int:
 
 
 def apply_inferred(graph: gs.Graph, inferred: onnx.ModelProto) -> int:
-    """Copy shapes from a shape-inferred export of `graph` onto its tensors, where they
-    are more static than what the tensors have. Returns how many tensors changed."""
-    shapes = {}
+    """Copy shapes and dtypes from a shape-inferred export of `graph` onto its tensors:
+    a shape where it is more static than what the tensor has, a dtype where the tensor
+    has none. Returns how many tensors changed."""
+    shapes, dtypes = {}, {}
     for g in _graph_protos(inferred.graph):
         for vi in list(g.value_info) + list(g.output):
-            if vi.type.tensor_type.HasField("shape"):
-                shapes[vi.name] = [_dim(d) for d in vi.type.tensor_type.shape.dim]
+            tensor_type = vi.type.tensor_type
+            if tensor_type.HasField("shape"):
+                shapes[vi.name] = [_dim(d) for d in tensor_type.shape.dim]
+            if tensor_type.elem_type:
+                dtypes[vi.name] = tensor_type.elem_type
     updated = 0
     for t in _inner_variables(graph):
         new = shapes.get(t.name)
+        changed = False
         if new is not None and _static_count(new) > _static_count(t.shape):
             t.shape = new
-            updated += 1
+            changed = True
+        if t.dtype is None and t.name in dtypes:
+            dtype = _np_dtype(dtypes[t.name])
+            if dtype is not None:
+                t.dtype = dtype
+                changed = True
+        updated += changed
     return updated
+
+
+def _np_dtype(elem_type: int) -> np.dtype | None:
+    """The numpy dtype gs uses for an ONNX element type; None when numpy has none."""
+    try:
+        return helper.tensor_dtype_to_np_dtype(elem_type)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _inner_variables(graph: gs.Graph) -> list[gs.Variable]:

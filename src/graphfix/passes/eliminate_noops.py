@@ -10,9 +10,14 @@ Each rule, with x the first input and y the output::
     Transpose(Transpose(x, p1), p2)  -> Transpose(x, p), p[i] = p1[p2[i]];  x if p is identity
     Reshape(Reshape(x, s1), s2)      -> Reshape(x, s2')   (0 entries of s2 resolved)
     Squeeze(Unsqueeze(x, a), a)      -> x
-    Concat(x)                        -> x
+    Unsqueeze(Unsqueeze(x, a1), a2)  -> Unsqueeze(x, a)    (the axes combined)
+    Transpose(x, p)                  -> Reshape(x, s)      when p moves only size-1 axes
+                                                          and a Reshape is next to it
+    Concat(x), Split(x) (one output) -> x
     Slice(x, whole range, step 1)    -> x
     Pad(x, pads=0)                   -> x          (any mode)
+    x + 0, x - 0, x * 1, x / 1       -> x          when the constant has one element and
+                                                  no more dimensions than x
 
 These sit between a Conv and its activation in exported graphs and stop TensorRT
 from fusing them (DESIGN.md, "TensorRT fuses Conv+bias+ReLU itself, but only when
@@ -35,70 +40,19 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
-import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import (
-    all_graphs,
-    bypass,
-    constant_value,
-    fresh_name,
-    is_graph_output,
-    is_onnx,
-    node_label,
-    opset_of,
-)
-from graphfix.passes._noop_shapes import (
-    clamp_index,
-    compose_perms,
-    elem_type,
-    expand_keeps,
-    is_identity_perm,
-    normalized_axes,
-    perm_of,
-    rank_of,
-    reshape_keeps,
-    shape_text,
-    slice_params,
-    squeeze_axes,
-    static_shape,
-    type_name,
-)
+from graphfix.graph import all_graphs, bypass, fresh_name, is_onnx, node_label, opset_of
+from graphfix.passes import _noop_pairs as pairs
+from graphfix.passes import _noop_single as single
+from graphfix.passes._noop_single import Plan, View
 from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
 
-_INT64_MAX = 2**63 - 1
 _CANDIDATES = (
-    "Identity, inference Dropout, Cast, Reshape, Expand, Transpose, Unsqueeze-Squeeze pair, "
-    "single-input Concat, Slice or Pad"
+    "Identity, inference Dropout, Cast, Reshape, Expand, Transpose, Unsqueeze or Squeeze pair, "
+    "Concat, Split, Slice, Pad or Add/Sub/Mul/Div of a constant"
 )
-
-
-@dataclass
-class _Plan:
-    """A rewrite of one node: it goes (`remove`) or stays with new attributes/shape input.
-
-    `source` replaces its first input; `drop` is the node before it that goes too.
-    """
-
-    count: str
-    remove: bool = True
-    source: gs.Tensor | None = None
-    drop: gs.Node | None = None
-    attrs: dict[str, Any] = field(default_factory=dict)
-    shape: np.ndarray | None = None
-
-
-@dataclass
-class _View:
-    """One graph being swept: its nodes, the model's opset, every tensor name in use."""
-
-    g: gs.Graph
-    opset: int
-    node_ids: set[int]
-    names: set[str]
 
 
 class EliminateNoops(Pass):
@@ -113,9 +67,14 @@ class EliminateNoops(Pass):
     entries (allowzero=0) from the tensor between them; Squeeze of an Unsqueeze on
     the same axes (attributes before opset 13, inputs from 13; negative axes with
     a known rank; a Squeeze without axes when the input has no size-1 dimension);
-    single-input Concat; Slice covering every sliced axis (opset < 10 attributes,
-    inputs from 10); Pad whose pads are all 0 (attribute before opset 11, input
-    from 11), any mode. Recurses into If/Loop/Scan bodies.
+    two Unsqueezes merged into one; a Transpose that moves only size-1 axes (so
+    the data order is unchanged) and reads from or feeds a Reshape, turned into a
+    Reshape so the pair collapses (static shape with at most one unknown dim);
+    single-input Concat; single-output Split; Slice covering every sliced axis
+    (opset < 10 attributes, inputs from 10); Pad whose pads are all 0 (attribute
+    before opset 11, input from 11), any mode; Add/Sub of 0 and Mul/Div by 1 (one
+    element constant, not adding dimensions; the constant may come first for Add
+    and Mul). Recurses into If/Loop/Scan bodies.
 
     Skips, with a note, every candidate it cannot prove a no-op (different dtype,
     shape, permutation, axes, range or pads; dtype or shape unknown; inputs that
@@ -133,7 +92,7 @@ class EliminateNoops(Pass):
         names = {name for g in all_graphs(graph) for name in g.tensors()}
         found = False
         for g in all_graphs(graph):
-            view = _View(g, opset, {id(n) for n in g.nodes}, names)
+            view = View(g, opset, {id(n) for n in g.nodes}, names)
             while True:  # each change disconnects a node, so this ends
                 counts, notes, candidates = _sweep(view)
                 result.counts.update(counts)
@@ -148,7 +107,7 @@ class EliminateNoops(Pass):
         return result
 
 
-def _sweep(view: _View) -> tuple[Counter[str], list[Note], int]:
+def _sweep(view: View) -> tuple[Counter[str], list[Note], int]:
     """One pass over the graph in order: (what was done, why things were kept, candidates)."""
     counts: Counter[str] = Counter()
     notes: list[Note] = []
@@ -170,7 +129,7 @@ def _sweep(view: _View) -> tuple[Counter[str], list[Note], int]:
     return counts, notes, candidates
 
 
-def _apply(view: _View, node: gs.Node, plan: _Plan) -> str | None:
+def _apply(view: View, node: gs.Node, plan: Plan) -> str | None:
     """Carry out `plan` on `node`; None when done, or why the node had to stay (unchanged)."""
     old = node.inputs[0]
     if plan.source is not None:
@@ -182,239 +141,39 @@ def _apply(view: _View, node: gs.Node, plan: _Plan) -> str | None:
                 node.inputs[0] = old
             return f"it computes nothing but cannot be removed: {why}"
     else:
+        if plan.op is not None:
+            node.op = plan.op
+            node.attrs.clear()
         for key, value in plan.attrs.items():
             node.attrs[key] = value
-        if plan.shape is not None:
-            name = fresh_name(f"{node.outputs[0].name}_shape", view.names)
-            node.inputs[1] = gs.Constant(name, plan.shape)
+        if plan.operand is not None:
+            name = fresh_name(f"{node.outputs[0].name}_{plan.operand_role}", view.names)
+            operand = gs.Constant(name, plan.operand)
+            if len(node.inputs) > 1:
+                node.inputs[1] = operand
+            else:
+                node.inputs.append(operand)
     if plan.drop is not None:
         plan.drop.inputs.clear()
         plan.drop.outputs.clear()
     return None
 
 
-# ----------------------------------------------------------------------------- rules
-# A rule returns a _Plan, a reason (str) to keep a candidate, or None for a node
-# that is not a candidate at all.
-
-
-def _identity(node: gs.Node, view: _View) -> _Plan:
-    return _Plan("removed Identity")
-
-
-def _dropout(node: gs.Node, view: _View) -> _Plan | str:
-    if len(node.inputs) >= 3 and not node.inputs[2].is_empty():
-        mode = constant_value(node.inputs[2])
-        if mode is None:
-            return "its training_mode input is not a constant"
-        if mode.size and bool(mode.reshape(-1)[0]):
-            return "it is in training mode (training_mode is true)"
-    if view.opset < 7 and int(node.attrs.get("is_test", 0)) == 0:  # 0 is the default there
-        return "it is in training mode (is_test=0, the default before opset 7)"
-    return _Plan("removed inference Dropout")
-
-
-def _cast(node: gs.Node, view: _View) -> _Plan | str:
-    source = elem_type(node.inputs[0])
-    if source is None:
-        return "its input dtype is unknown"
-    target = int(node.attrs["to"])
-    if source != target:
-        return f"it casts {type_name(source)} to {type_name(target)}"
-    return _Plan("removed Cast to the same type")
-
-
-def _reshape(node: gs.Node, view: _View) -> _Plan | str:
-    allowzero = int(node.attrs.get("allowzero", 0))
-    same = _same_shape(node, lambda dims, target: reshape_keeps(dims, target, allowzero))
-    if same is True:
-        return _Plan("removed Reshape to the same shape")
-    first = _lone_producer(view, node.inputs[0], "Reshape")
-    if first is None:
-        return same
-    plan = first if isinstance(first, str) else _collapse(first, node)
-    return plan if isinstance(plan, _Plan) else f"{same}; {plan}"
-
-
-def _expand(node: gs.Node, view: _View) -> _Plan | str:
-    same = _same_shape(node, expand_keeps)
-    return _Plan("removed Expand to the same shape") if same is True else same
-
-
-def _transpose(node: gs.Node, view: _View) -> _Plan | str:
-    perm = perm_of(node)
-    if is_identity_perm(perm, rank_of(node.inputs[0])):
-        return _Plan("removed identity Transpose")
-    own = f"its permutation {tuple(perm)} is not the identity" if perm else "it reverses the axes"
-    first = _lone_producer(view, node.inputs[0], "Transpose")
-    if first is None:
-        return own
-    if isinstance(first, str):
-        return f"{own}; {first}"
-    composed = compose_perms(perm_of(first), perm)
-    if composed is None:
-        return _Plan("removed Transpose pairs that cancel", source=first.inputs[0], drop=first)
-    return _Plan(
-        "composed Transpose pairs into one",
-        remove=False,
-        source=first.inputs[0],
-        drop=first,
-        attrs={"perm": composed},
-    )
-
-
-def _squeeze(node: gs.Node, view: _View) -> _Plan | str | None:
-    first = _lone_producer(view, node.inputs[0], "Unsqueeze")
-    if first is None or isinstance(first, str):
-        return first
-    x = first.inputs[0]
-    inserted, squeezed = squeeze_axes(first, view.opset), squeeze_axes(node, view.opset)
-    for what, axes in (("Unsqueeze", inserted), ("Squeeze", squeezed)):
-        if isinstance(axes, str):
-            return f"the {what} axes {axes}"
-    if inserted is None:
-        return "the Unsqueeze has no axes"
-    rank = rank_of(x)
-    out_rank = rank + len(inserted) if rank is not None else None
-    inserted = normalized_axes(inserted, out_rank)
-    if inserted is None:
-        return "rank unknown: the Unsqueeze has negative axes and its input rank is unknown"
-    if squeezed is None:
-        dims = x.shape
-        if dims is None or any(not isinstance(d, int) or d == 1 for d in dims):
-            return "the Squeeze has no axes and may remove size-1 dimensions of x too"
-    else:
-        squeezed = normalized_axes(squeezed, out_rank)
-        if squeezed is None:
-            return "rank unknown: the Squeeze has negative axes and its input rank is unknown"
-        if sorted(squeezed) != sorted(inserted):
-            return (
-                f"it squeezes axes {sorted(squeezed)} "
-                f"but the Unsqueeze inserted {sorted(inserted)}"
-            )
-    return _Plan("removed Unsqueeze-Squeeze pairs", source=x, drop=first)
-
-
-def _concat(node: gs.Node, view: _View) -> _Plan | None:
-    return _Plan("removed single-input Concat") if len(node.inputs) == 1 else None
-
-
-def _slice(node: gs.Node, view: _View) -> _Plan | str:
-    params = slice_params(node, view.opset)
-    if isinstance(params, str):
-        return params
-    starts, ends, axes, steps = params
-    dims = node.inputs[0].shape
-    for start, end, axis, step in zip(starts, ends, axes, steps, strict=False):
-        if step != 1:
-            return f"it steps by {step} on axis {axis}"
-        if start == 0 and end >= _INT64_MAX:
-            continue  # the whole axis, whatever its size
-        if axis < 0:
-            axis += len(dims) if dims is not None else 0
-        dim = dims[axis] if dims is not None and 0 <= axis < len(dims) else None
-        if not isinstance(dim, int) or dim < 0:
-            return f"shape unknown: the size of sliced axis {axis} is not static"
-        kept = (clamp_index(start, dim), clamp_index(end, dim))
-        if kept != (0, dim):
-            return f"it keeps [{kept[0]}, {kept[1]}) of {dim} on axis {axis}"
-    return _Plan("removed Slice of the whole tensor")
-
-
-def _pad(node: gs.Node, view: _View) -> _Plan | str:
-    if view.opset >= 11:
-        value = constant_value(node.inputs[1]) if len(node.inputs) > 1 else None
-        if value is None:
-            return "its pads input is not a constant"
-        pads = value.reshape(-1).tolist()
-    else:
-        pads = list(node.attrs.get("pads", node.attrs.get("paddings", [])))
-    if any(pads):
-        return f"it pads by {tuple(int(p) for p in pads)}"
-    return _Plan("removed all-zero Pad")
-
-
-_RULES: dict[str, Callable[[gs.Node, _View], _Plan | str | None]] = {
-    "Identity": _identity,
-    "Dropout": _dropout,
-    "Cast": _cast,
-    "Reshape": _reshape,
-    "Expand": _expand,
-    "Transpose": _transpose,
-    "Squeeze": _squeeze,
-    "Concat": _concat,
-    "Slice": _slice,
-    "Pad": _pad,
+_RULES: dict[str, Callable[[gs.Node, View], Plan | str | None]] = {
+    "Identity": single.identity,
+    "Dropout": single.dropout,
+    "Cast": single.cast,
+    "Reshape": pairs.reshape,
+    "Expand": single.expand,
+    "Transpose": pairs.transpose,
+    "Squeeze": pairs.squeeze,
+    "Unsqueeze": pairs.unsqueeze,
+    "Concat": single.concat,
+    "Split": single.split,
+    "Slice": single.slice_,
+    "Pad": single.pad,
+    "Add": single.arithmetic,
+    "Sub": single.arithmetic,
+    "Mul": single.arithmetic,
+    "Div": single.arithmetic,
 }
-
-
-# ----------------------------------------------------------------------------- helpers
-
-
-def _lone_producer(view: _View, tensor: gs.Tensor, op: str) -> gs.Node | str | None:
-    """The `op` node writing `tensor` when it feeds only the node at hand; a reason when
-    an `op` writes it but cannot go; None when no `op` writes it."""
-    if isinstance(tensor, gs.Constant) or len(tensor.inputs) != 1:
-        return None
-    producer = tensor.inputs[0]
-    if not is_onnx(producer, op):
-        return None
-    if id(producer) not in view.node_ids:
-        return f"the {op} before it is in an enclosing graph"
-    if is_graph_output(view.g, tensor):
-        return f"the {op} before it writes a graph output"
-    if len(tensor.outputs) > 1:
-        return f"the {op} before it also feeds another node"
-    return producer
-
-
-def _same_shape(node: gs.Node, keeps: Callable[[list, list[int]], bool | None]) -> bool | str:
-    """True when `node` keeps its input's shape; else why not, or why it is not known.
-
-    `keeps(dims, target)` decides from the constant target when it can.
-    """
-    x, y = node.inputs[0], node.outputs[0]
-    target = constant_value(node.inputs[1])
-    if x.shape is not None and target is not None:
-        flat = [int(v) for v in target.reshape(-1)]
-        verdict = keeps(list(x.shape), flat)
-        if verdict is not None:
-            changes = f"its target shape {tuple(flat)} changes the input shape {shape_text(x)}"
-            return verdict or changes
-    before, after = static_shape(x.shape), static_shape(y.shape)
-    if before is None or after is None:
-        return "shape unknown: its input or output shape is not fully static"
-    return before == after or f"its output shape {after} differs from its input shape {before}"
-
-
-def _collapse(first: gs.Node, node: gs.Node) -> _Plan | str:
-    """Reshape(Reshape(x, s1), s2) as Reshape(x, s2'), or why it cannot be collapsed."""
-    x = first.inputs[0]
-    plan = _Plan("collapsed Reshape pairs into one", remove=False, source=x, drop=first)
-    if int(node.attrs.get("allowzero", 0)):
-        return plan  # its 0 entries mean 0, whatever the tensor between the Reshapes
-    target = constant_value(node.inputs[1])
-    if target is None:
-        return "its target shape is not a constant"
-    shape = [int(v) for v in target.reshape(-1)]
-    resolved = list(shape)
-    if 0 in shape:
-        mid = first.outputs[0].shape
-        before = constant_value(first.inputs[1])
-        s1 = [int(v) for v in before.reshape(-1)] if before is not None else []
-        copies_x = not int(first.attrs.get("allowzero", 0))
-        for i in (i for i, v in enumerate(shape) if v == 0):  # 0 copies the middle tensor's dim
-            dim = mid[i] if mid is not None and i < len(mid) else None
-            if isinstance(dim, int) and dim > 0:
-                resolved[i] = dim
-            elif i < len(s1) and s1[i] > 0:
-                resolved[i] = s1[i]
-            elif not (i < len(s1) and s1[i] == 0 and copies_x):  # else both copy x's dim i
-                return (
-                    f"its target copies dimension {i} of the tensor between the Reshapes, "
-                    "which is not known"
-                )
-    if resolved != shape:
-        plan.shape = np.array(resolved, dtype=np.int64)
-    return plan
-

@@ -13,6 +13,7 @@ from graphfix.passes.eliminate_noops import EliminateNoops
 from graphfix.passes.fix_shapes import FixShapes
 from graphfix.passes.fold_bn import FoldBatchNorm
 from graphfix.passes.fold_constants import FoldConstants
+from graphfix.passes.fold_reshape_targets import FoldReshapeTargets
 from graphfix.passes.fuse_conv_bias import FuseConvBias
 from graphfix.passes.fuse_conv_mul import FuseConvMul
 from graphfix.passes.fuse_pad_conv import FusePadConv
@@ -23,6 +24,7 @@ from graphfix.passes.unfuse_contrib import UnfuseContrib
 PASSES: tuple[type[Pass], ...] = (
     Cleanup,
     FoldConstants,
+    FoldReshapeTargets,
     FoldBatchNorm,
     FixShapes,
     EliminateNoops,
@@ -56,6 +58,7 @@ PRESETS: tuple[Preset, ...] = (
         (
             "cleanup",
             "fold-constants",
+            "fold-reshape-targets",
             "unfuse-contrib",
             "eliminate-noops",
             "fold-bn",

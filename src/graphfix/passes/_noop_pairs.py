@@ -1,0 +1,186 @@
+"""`eliminate-noops` rules for pairs of nodes that undo or repeat each other (private module).
+
+Same contract as `_noop_single`: a rule returns a `Plan`, a reason to keep the
+candidate, or None when the node is not a candidate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import constant_value, is_graph_output, is_onnx
+from graphfix.passes._noop_shapes import (
+    compose_perms,
+    is_identity_perm,
+    normalized_axes,
+    perm_of,
+    rank_of,
+    reshape_keeps,
+    squeeze_axes,
+)
+from graphfix.passes._noop_single import Plan, View, same_shape
+
+
+def reshape(node: gs.Node, view: View) -> Plan | str:
+    allowzero = int(node.attrs.get("allowzero", 0))
+    same = same_shape(node, lambda dims, target: reshape_keeps(dims, target, allowzero))
+    if same is True:
+        return Plan("removed Reshape to the same shape")
+    first = _lone_producer(view, node.inputs[0], "Reshape")
+    if first is None:
+        return same
+    plan = first if isinstance(first, str) else _collapse(first, node)
+    return plan if isinstance(plan, Plan) else f"{same}; {plan}"
+
+
+def transpose(node: gs.Node, view: View) -> Plan | str:
+    perm = perm_of(node)
+    if is_identity_perm(perm, rank_of(node.inputs[0])):
+        return Plan("removed identity Transpose")
+    own = f"its permutation {tuple(perm)} is not the identity" if perm else "it reverses the axes"
+    first = _lone_producer(view, node.inputs[0], "Transpose")
+    if first is None:
+        return _as_reshape(node, view) or own
+    if isinstance(first, str):
+        return f"{own}; {first}"
+    composed = compose_perms(perm_of(first), perm)
+    if composed is None:
+        return Plan("removed Transpose pairs that cancel", source=first.inputs[0], drop=first)
+    return Plan(
+        "composed Transpose pairs into one",
+        remove=False,
+        source=first.inputs[0],
+        drop=first,
+        attrs={"perm": composed},
+    )
+
+
+def _as_reshape(node: gs.Node, view: View) -> Plan | None:
+    """A Transpose that moves only size-1 axes keeps the data order: it is a Reshape.
+    Done only when a Reshape writes its input or is its one reader, so the two collapse."""
+    perm, dims = perm_of(node), node.inputs[0].shape
+    if perm is None or dims is None or len(perm) != len(dims):
+        return None
+    moved = [p for p in perm if dims[p] != 1]  # unknown dims count as not 1
+    if moved != sorted(moved):
+        return None
+    target = [dims[p] if isinstance(dims[p], int) else -1 for p in perm]
+    if target.count(-1) > 1:
+        return None
+    readers = node.outputs[0].outputs
+    near = _lone_producer(view, node.inputs[0], "Reshape") is not None or (
+        len(readers) == 1 and is_onnx(readers[0], "Reshape") and not is_graph_output(
+            view.g, node.outputs[0]))
+    if not near:
+        return None
+    return Plan("turned Transposes of size-1 axes into Reshapes", remove=False, op="Reshape",
+                operand=np.array(target, dtype=np.int64))
+
+
+def squeeze(node: gs.Node, view: View) -> Plan | str | None:
+    first = _lone_producer(view, node.inputs[0], "Unsqueeze")
+    if first is None or isinstance(first, str):
+        return first
+    x = first.inputs[0]
+    inserted, squeezed = squeeze_axes(first, view.opset), squeeze_axes(node, view.opset)
+    for what, axes in (("Unsqueeze", inserted), ("Squeeze", squeezed)):
+        if isinstance(axes, str):
+            return f"the {what} axes {axes}"
+    if inserted is None:
+        return "the Unsqueeze has no axes"
+    rank = rank_of(x)
+    out_rank = rank + len(inserted) if rank is not None else None
+    inserted = normalized_axes(inserted, out_rank)
+    if inserted is None:
+        return "rank unknown: the Unsqueeze has negative axes and its input rank is unknown"
+    if squeezed is None:
+        dims = x.shape
+        if dims is None or any(not isinstance(d, int) or d == 1 for d in dims):
+            return "the Squeeze has no axes and may remove size-1 dimensions of x too"
+    else:
+        squeezed = normalized_axes(squeezed, out_rank)
+        if squeezed is None:
+            return "rank unknown: the Squeeze has negative axes and its input rank is unknown"
+        if sorted(squeezed) != sorted(inserted):
+            return (
+                f"it squeezes axes {sorted(squeezed)} "
+                f"but the Unsqueeze inserted {sorted(inserted)}"
+            )
+    return Plan("removed Unsqueeze-Squeeze pairs", source=x, drop=first)
+
+
+def unsqueeze(node: gs.Node, view: View) -> Plan | str | None:
+    """Unsqueeze(Unsqueeze(x, a1), a2) -> Unsqueeze(x, a): one node inserts both sets."""
+    first = _lone_producer(view, node.inputs[0], "Unsqueeze")
+    if first is None or isinstance(first, str):
+        return first
+    inner, outer = squeeze_axes(first, view.opset), squeeze_axes(node, view.opset)
+    for what, axes in (("first", inner), ("second", outer)):
+        if axes is None or isinstance(axes, str):
+            return f"the {what} Unsqueeze's axes {axes or 'are missing'}"
+    rank = rank_of(first.inputs[0])
+    mid_rank = rank + len(inner) if rank is not None else None
+    inner = normalized_axes(inner, mid_rank)
+    outer = normalized_axes(outer, mid_rank + len(outer) if mid_rank is not None else None)
+    if inner is None or outer is None:
+        return "rank unknown: negative axes and the input rank is unknown"
+    kept = [i for i in range(len(inner) + len(outer) + 64) if i not in outer]
+    # the middle tensor's dim j lands at the j-th position the second Unsqueeze leaves free
+    combined = sorted(set(outer) | {kept[a] for a in inner})
+    plan = Plan("merged Unsqueeze pairs into one", remove=False, source=first.inputs[0],
+                drop=first)
+    if view.opset < 13:
+        plan.attrs = {"axes": combined}
+    else:
+        plan.operand, plan.operand_role = np.array(combined, dtype=np.int64), "axes"
+    return plan
+
+
+def _lone_producer(view: View, tensor: gs.Tensor, op: str) -> gs.Node | str | None:
+    """The `op` node writing `tensor` when it feeds only the node at hand; a reason when
+    an `op` writes it but cannot go; None when no `op` writes it."""
+    if isinstance(tensor, gs.Constant) or len(tensor.inputs) != 1:
+        return None
+    producer = tensor.inputs[0]
+    if not is_onnx(producer, op):
+        return None
+    if id(producer) not in view.node_ids:
+        return f"the {op} before it is in an enclosing graph"
+    if is_graph_output(view.g, tensor):
+        return f"the {op} before it writes a graph output"
+    if len(tensor.outputs) > 1:
+        return f"the {op} before it also feeds another node"
+    return producer
+
+
+def _collapse(first: gs.Node, node: gs.Node) -> Plan | str:
+    """Reshape(Reshape(x, s1), s2) as Reshape(x, s2'), or why it cannot be collapsed."""
+    x = first.inputs[0]
+    plan = Plan("collapsed Reshape pairs into one", remove=False, source=x, drop=first)
+    if int(node.attrs.get("allowzero", 0)):
+        return plan  # its 0 entries mean 0, whatever the tensor between the Reshapes
+    target = constant_value(node.inputs[1])
+    if target is None:
+        return "its target shape is not a constant"
+    shape = [int(v) for v in target.reshape(-1)]
+    resolved = list(shape)
+    if 0 in shape:
+        mid = first.outputs[0].shape
+        before = constant_value(first.inputs[1])
+        s1 = [int(v) for v in before.reshape(-1)] if before is not None else []
+        copies_x = not int(first.attrs.get("allowzero", 0))
+        for i in (i for i, v in enumerate(shape) if v == 0):  # 0 copies the middle tensor's dim
+            dim = mid[i] if mid is not None and i < len(mid) else None
+            if isinstance(dim, int) and dim > 0:
+                resolved[i] = dim
+            elif i < len(s1) and s1[i] > 0:
+                resolved[i] = s1[i]
+            elif not (i < len(s1) and s1[i] == 0 and copies_x):  # else both copy x's dim i
+                return (
+                    f"its target copies dimension {i} of the tensor between the Reshapes, "
+                    "which is not known"
+                )
+    if resolved != shape:
+        plan.operand = np.array(resolved, dtype=np.int64)
+    return plan

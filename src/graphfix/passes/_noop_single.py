@@ -1,0 +1,197 @@
+"""`eliminate-noops` rules for nodes that compute nothing on their own (private module).
+
+A rule takes a node and the graph view and returns a `Plan`, a reason (str) to keep a
+candidate, or None for a node that is not a candidate at all. Rules only decide;
+`eliminate_noops._apply` edits the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from graphfix.graph import constant_value
+from graphfix.passes._noop_shapes import (
+    clamp_index,
+    elem_type,
+    expand_keeps,
+    rank_of,
+    shape_text,
+    slice_params,
+    static_shape,
+    type_name,
+)
+
+_INT64_MAX = 2**63 - 1
+
+
+@dataclass(slots=True)
+class Plan:
+    """A rewrite of one node: it goes (`remove`) or stays with new attributes, a new
+    second input (`operand`, named after `operand_role`) or a new op type (`op`).
+
+    `source` replaces its first input; `drop` is the node before it that goes too.
+    """
+
+    count: str
+    remove: bool = True
+    source: gs.Tensor | None = None
+    drop: gs.Node | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)
+    operand: np.ndarray | None = None
+    operand_role: str = "shape"
+    op: str | None = None
+
+
+@dataclass
+class View:
+    """One graph being swept: its nodes, the model's opset, every tensor name in use."""
+
+    g: gs.Graph
+    opset: int
+    node_ids: set[int]
+    names: set[str]
+
+
+def identity(node: gs.Node, view: View) -> Plan:
+    return Plan("removed Identity")
+
+
+def dropout(node: gs.Node, view: View) -> Plan | str:
+    if len(node.inputs) >= 3 and not node.inputs[2].is_empty():
+        mode = constant_value(node.inputs[2])
+        if mode is None:
+            return "its training_mode input is not a constant"
+        if mode.size and bool(mode.reshape(-1)[0]):
+            return "it is in training mode (training_mode is true)"
+    if view.opset < 7 and int(node.attrs.get("is_test", 0)) == 0:  # 0 is the default there
+        return "it is in training mode (is_test=0, the default before opset 7)"
+    return Plan("removed inference Dropout")
+
+
+def cast(node: gs.Node, view: View) -> Plan | str:
+    source = elem_type(node.inputs[0])
+    if source is None:
+        return "its input dtype is unknown"
+    target = int(node.attrs["to"])
+    if source != target:
+        return f"it casts {type_name(source)} to {type_name(target)}"
+    return Plan("removed Cast to the same type")
+
+
+def expand(node: gs.Node, view: View) -> Plan | str:
+    same = same_shape(node, expand_keeps)
+    return Plan("removed Expand to the same shape") if same is True else same
+
+
+def split(node: gs.Node, view: View) -> Plan | None:
+    """A Split with one output returns its whole input (the split sizes must add up)."""
+    return Plan("removed single-output Split") if len(node.outputs) == 1 else None
+
+
+_NEUTRAL = {"Add": 0, "Sub": 0, "Mul": 1, "Div": 1}
+
+
+def arithmetic(node: gs.Node, view: View) -> Plan | str | None:
+    """x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 -> x, when the constant cannot broadcast x
+    to a larger shape. (x + 0 turns -0.0 into +0.0: equal as numbers; onnxruntime's own
+    NoopElimination makes the same trade.)"""
+    if len(node.inputs) != 2:
+        return None
+    neutral = _NEUTRAL[node.op]
+    orders = [(0, 1), (1, 0)] if node.op in ("Add", "Mul") else [(0, 1)]
+    found = [(node.inputs[i], node.inputs[j]) for i, j in orders
+             if _one_element_shape(node.inputs[j]) is not None]
+    if not found:
+        return None  # no constant of one element: not a candidate
+    x, c = found[0]
+    shape = _one_element_shape(c)
+    value = constant_value(c)
+    if value is None or not np.all(value == neutral):
+        return None
+    rank = rank_of(x)
+    if len(shape) > 0 and (rank is None or rank < len(shape)):
+        return (
+            f"shape unknown: its constant of rank {len(shape)} may add dimensions "
+            "to an input of unknown rank" if rank is None
+            else f"its constant of rank {len(shape)} adds dimensions to an input of rank {rank}"
+        )
+    return Plan(f"removed {node.op} of the neutral constant {neutral}", source=x)
+
+
+def _one_element_shape(tensor: gs.Tensor) -> list[int] | None:
+    """The shape of a constant with exactly one element, else None (loads nothing
+    bigger than that element)."""
+    if isinstance(tensor, gs.Constant):
+        shape = list(tensor.shape)
+    else:
+        producer = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+        if producer is None or producer.op not in ("Constant", "Identity"):
+            return None
+        value = constant_value(tensor)
+        if value is None:
+            return None
+        shape = list(value.shape)
+    return shape if int(np.prod(shape, dtype=np.int64)) == 1 else None
+
+
+def concat(node: gs.Node, view: View) -> Plan | None:
+    return Plan("removed single-input Concat") if len(node.inputs) == 1 else None
+
+
+def slice_(node: gs.Node, view: View) -> Plan | str:
+    params = slice_params(node, view.opset)
+    if isinstance(params, str):
+        return params
+    starts, ends, axes, steps = params
+    dims = node.inputs[0].shape
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=False):
+        if step != 1:
+            return f"it steps by {step} on axis {axis}"
+        if start == 0 and end >= _INT64_MAX:
+            continue  # the whole axis, whatever its size
+        if axis < 0:
+            axis += len(dims) if dims is not None else 0
+        dim = dims[axis] if dims is not None and 0 <= axis < len(dims) else None
+        if not isinstance(dim, int) or dim < 0:
+            return f"shape unknown: the size of sliced axis {axis} is not static"
+        kept = (clamp_index(start, dim), clamp_index(end, dim))
+        if kept != (0, dim):
+            return f"it keeps [{kept[0]}, {kept[1]}) of {dim} on axis {axis}"
+    return Plan("removed Slice of the whole tensor")
+
+
+def pad(node: gs.Node, view: View) -> Plan | str:
+    if view.opset >= 11:
+        value = constant_value(node.inputs[1]) if len(node.inputs) > 1 else None
+        if value is None:
+            return "its pads input is not a constant"
+        pads = value.reshape(-1).tolist()
+    else:
+        pads = list(node.attrs.get("pads", node.attrs.get("paddings", [])))
+    if any(pads):
+        return f"it pads by {tuple(int(p) for p in pads)}"
+    return Plan("removed all-zero Pad")
+
+
+def same_shape(node: gs.Node, keeps: Callable[[list, list[int]], bool | None]) -> bool | str:
+    """True when `node` keeps its input's shape; else why not, or why it is not known.
+
+    `keeps(dims, target)` decides from the constant target when it can.
+    """
+    x, y = node.inputs[0], node.outputs[0]
+    target = constant_value(node.inputs[1])
+    if x.shape is not None and target is not None:
+        flat = [int(v) for v in target.reshape(-1)]
+        verdict = keeps(list(x.shape), flat)
+        if verdict is not None:
+            changes = f"its target shape {tuple(flat)} changes the input shape {shape_text(x)}"
+            return verdict or changes
+    before, after = static_shape(x.shape), static_shape(y.shape)
+    if before is None or after is None:
+        return "shape unknown: its input or output shape is not fully static"
+    return before == after or f"its output shape {after} differs from its input shape {before}"

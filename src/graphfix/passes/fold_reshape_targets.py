@@ -1,0 +1,235 @@
+"""fold-reshape-targets: a Reshape target computed from Shape() becomes a constant.
+
+Exporters write a flatten with a dynamic batch as shape arithmetic on the tensor
+being reshaped (Paddle, PyTorch with dynamic axes)::
+
+    Reshape(x, Concat(Cast(Slice(Shape(x), 0, 1)), [200]))  ->  Reshape(x, [0, 200])
+
+The target is evaluated element by element: each entry is a known integer or
+"dimension i of tensor T" (from Shape). It becomes a constant when every entry is
+
+- a known integer (a literal, or a dimension whose size the shapes say),
+- dimension i of the Reshape's own input at position i: written 0, which copies
+  that dimension (allowzero=0 only), or
+- for exactly one entry, any other dimension, written -1, when every other entry
+  is a positive integer (then -1 can only mean that size).
+
+TensorRT then sees a static reshape instead of a shape-tensor computation, the
+Shape/Slice/Cast/Concat nodes go with the next cleanup, and the output rank is
+known (so MatMul + Add can become a Gemm in `fuse-conv-bias`).
+
+Evaluated: initializers and Constant nodes, Shape (start/end, opset 15+), Cast to
+an integer type, Identity, Concat, Slice, Gather (axis 0), Unsqueeze/Squeeze of
+0-D/1-D values. Anything else (Mul, Add, ...) leaves the Reshape alone, with a note.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_graphsurgeon as gs
+from onnx import TensorProto
+
+from graphfix.graph import all_graphs, constant_value, fresh_name, is_onnx, node_label, opset_of
+from graphfix.passes._noop_shapes import slice_params, squeeze_axes
+from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
+
+# A Cast between these keeps any dimension below 2**31 (exporters cast Shape to INT32 and back).
+_INT_TYPES = {TensorProto.INT64, TensorProto.INT32}
+
+
+@dataclass(frozen=True)
+class Dim:
+    """Dimension `axis` of `tensor`, size not known statically."""
+
+    tensor: gs.Tensor
+    axis: int
+
+
+Entry = int | Dim
+
+
+@dataclass(frozen=True)
+class Value:
+    """A small integer tensor, symbolically: its entries, and whether it is 0-D."""
+
+    entries: tuple[Entry, ...]
+    scalar: bool = False
+
+
+class FoldReshapeTargets(Pass):
+    """Make Reshape targets computed from Shape() constants (0 = copy, one -1).
+
+    Handles any Reshape (opset 5+) whose target evaluates as the module docstring
+    says, in every graph including If/Loop/Scan bodies. Skips, with a note, a
+    target that uses an op it does not evaluate, a target that copies a dimension
+    of another tensor (or of its input at another position) more than once, and
+    allowzero=1 Reshapes that would need a 0 entry.
+    """
+
+    name = "fold-reshape-targets"
+    summary = "Make Reshape targets computed from Shape() constants (flatten with dynamic batch)."
+    Options = NoOptions
+
+    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        result = PassResult(changed=False)
+        opset = opset_of(graph)
+        names = {name for g in all_graphs(graph) for name in g.tensors()}
+        candidates = 0
+        for g in all_graphs(graph):
+            for node in list(g.nodes):
+                if not is_onnx(node, "Reshape") or len(node.inputs) < 2:
+                    continue
+                if constant_value(node.inputs[1]) is not None:
+                    continue
+                candidates += 1
+                target = _target(node, opset)
+                if isinstance(target, str):
+                    result.notes.append(Note(node_label(node), target))
+                    continue
+                name = fresh_name(f"{node.outputs[0].name}_shape", names)
+                node.inputs[1] = gs.Constant(name, np.array(target, dtype=np.int64))
+                result.counts["made Reshape targets computed from Shape constant"] += 1
+        result.changed = bool(result.counts)
+        if not candidates:
+            result.notes.append(Note("graph", "no Reshape with a computed target"))
+        return result
+
+
+def _target(node: gs.Node, opset: int) -> list[int] | str:
+    """The constant target for `node`, or why there is none."""
+    value = evaluate(node.inputs[1], opset)
+    if isinstance(value, str):
+        return f"its target is not static: {value}"
+    x = node.inputs[0]
+    allowzero = int(node.attrs.get("allowzero", 0))
+    target: list[int | None] = []
+    for i, entry in enumerate(value.entries):
+        if isinstance(entry, int):
+            target.append(entry)
+        elif entry.tensor is x and entry.axis == i and not allowzero:
+            target.append(0)
+        else:
+            target.append(None)
+    free = [i for i, t in enumerate(target) if t is None]
+    if not free:
+        return [int(t) for t in target]
+    others = [t for t in target if t is not None]
+    if len(free) == 1 and all(t > 0 for t in others):
+        target[free[0]] = -1
+        return [int(t) for t in target]
+    return (
+        "its target copies dimensions not known statically "
+        f"({', '.join(_describe(value.entries[i]) for i in free)}) that neither 0 nor a "
+        "single -1 can express"
+    )
+
+
+def _describe(entry: Entry) -> str:
+    return f"dim {entry.axis} of '{entry.tensor.name}'" if isinstance(entry, Dim) else str(entry)
+
+
+def evaluate(tensor: gs.Tensor, opset: int, depth: int = 0) -> Value | str:
+    """`tensor` as entries, or why it cannot be evaluated."""
+    value = constant_value(tensor)
+    if value is not None:
+        if value.ndim > 1 or value.dtype.kind not in "iu":
+            return f"'{tensor.name}' is a constant that is not a 0-D/1-D integer"
+        return Value(tuple(int(v) for v in value.reshape(-1)), value.ndim == 0)
+    if len(tensor.inputs) != 1 or depth > 32:
+        return f"'{tensor.name}' is not computed by a node of this graph"
+    node = tensor.inputs[0]
+    rule = _RULES.get(node.op) if is_onnx(node) else None
+    if rule is None:
+        return f"'{tensor.name}' is computed by {node.op}, which this pass does not evaluate"
+    return rule(node, opset, depth + 1)
+
+
+def _shape(node: gs.Node, opset: int, depth: int) -> Value | str:
+    x = node.inputs[0]
+    if x.shape is None:
+        return f"the rank of '{x.name}' is not known"
+    rank = len(x.shape)
+    start, end = int(node.attrs.get("start", 0)), node.attrs.get("end")
+    start = max(0, min(rank, start + rank if start < 0 else start))
+    end = rank if end is None else int(end)
+    end = max(0, min(rank, end + rank if end < 0 else end))
+    return Value(tuple(d if isinstance(d, int) and d >= 0 else Dim(x, i)
+                       for i, d in enumerate(x.shape) if start <= i < end))
+
+
+def _passthrough(node: gs.Node, opset: int, depth: int) -> Value | str:
+    if node.op == "Cast" and int(node.attrs["to"]) not in _INT_TYPES:
+        return f"Cast '{node.outputs[0].name}' casts to a type other than INT32/INT64"
+    return evaluate(node.inputs[0], opset, depth)
+
+
+def _concat(node: gs.Node, opset: int, depth: int) -> Value | str:
+    entries: list[Entry] = []
+    for inp in node.inputs:
+        part = evaluate(inp, opset, depth)
+        if isinstance(part, str):
+            return part
+        entries.extend(part.entries)
+    return Value(tuple(entries))
+
+
+def _slice(node: gs.Node, opset: int, depth: int) -> Value | str:
+    data = evaluate(node.inputs[0], opset, depth)
+    if isinstance(data, str):
+        return data
+    params = slice_params(node, opset)
+    if isinstance(params, str):
+        return f"Slice '{node.outputs[0].name}': {params}"
+    starts, ends, axes, steps = params
+    if len(starts) != 1 or axes[0] not in (0, -1) or steps[0] == 0:
+        return f"Slice '{node.outputs[0].name}' is not a 1-D slice"
+    return Value(tuple(list(data.entries)[slice(starts[0], ends[0], steps[0])]))
+
+
+def _gather(node: gs.Node, opset: int, depth: int) -> Value | str:
+    data = evaluate(node.inputs[0], opset, depth)
+    index = constant_value(node.inputs[1])
+    if isinstance(data, str):
+        return data
+    if index is None or index.ndim > 1 or int(node.attrs.get("axis", 0)) != 0:
+        return f"Gather '{node.outputs[0].name}' has no constant 0-D/1-D index on axis 0"
+    n = len(data.entries)
+    picked = [data.entries[int(i)] for i in index.reshape(-1) if -n <= int(i) < n]
+    if len(picked) != index.size:
+        return f"Gather '{node.outputs[0].name}' indexes out of range"
+    return Value(tuple(picked), index.ndim == 0)
+
+
+def _unsqueeze(node: gs.Node, opset: int, depth: int) -> Value | str:
+    data = evaluate(node.inputs[0], opset, depth)
+    if isinstance(data, str):
+        return data
+    axes = squeeze_axes(node, opset)
+    if not data.scalar or axes is None or isinstance(axes, str) or list(axes) not in ([0], [-1]):
+        return f"{node.op} '{node.outputs[0].name}' does not turn a 0-D value into 1-D"
+    return Value(data.entries)
+
+
+def _squeeze(node: gs.Node, opset: int, depth: int) -> Value | str:
+    data = evaluate(node.inputs[0], opset, depth)
+    if isinstance(data, str):
+        return data
+    axes = squeeze_axes(node, opset)
+    if data.scalar or len(data.entries) != 1 or isinstance(axes, str) or (
+            axes is not None and list(axes) not in ([0], [-1])):
+        return f"{node.op} '{node.outputs[0].name}' does not turn a 1-element value into 0-D"
+    return Value(data.entries, scalar=True)
+
+
+_RULES = {
+    "Shape": _shape,
+    "Cast": _passthrough,
+    "Identity": _passthrough,
+    "Concat": _concat,
+    "Slice": _slice,
+    "Gather": _gather,
+    "Unsqueeze": _unsqueeze,
+    "Squeeze": _squeeze,
+}

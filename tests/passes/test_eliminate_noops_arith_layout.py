@@ -1,0 +1,217 @@
+"""eliminate-noops, the rules for neutral arithmetic, single-output Split, Unsqueeze
+pairs and Transposes of size-1 axes: exact ops, numerics, checker, idempotence, reasons."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from gfhelpers import apply, assert_idempotent, assert_same_outputs, feeds_for, ops, parse
+from onnx import numpy_helper
+from test_eliminate_noops import assert_kept, assert_removes, header
+
+from graphfix.graph import fingerprint, to_graph
+from graphfix.passes.base import PassContext
+from graphfix.passes.eliminate_noops import EliminateNoops
+
+
+def inferred(text: str) -> onnx.ModelProto:
+    """A model from ONNX text with the shapes of its inner tensors (as the manager gives)."""
+    return onnx.shape_inference.infer_shapes(parse(text), strict_mode=True)
+
+
+# ----------------------------------------------------------------------------- x + 0, x * 1
+
+
+@pytest.mark.parametrize(("body", "count"), [
+    ("a = Add(x, zero)", "removed Add of the neutral constant 0"),
+    ("a = Add(zero, x)", "removed Add of the neutral constant 0"),
+    ("a = Sub(x, zero)", "removed Sub of the neutral constant 0"),
+    ("a = Mul(one, x)", "removed Mul of the neutral constant 1"),
+    ("a = Div(x, one)", "removed Div of the neutral constant 1"),
+    ("a = Mul(x, one4)", "removed Mul of the neutral constant 1"),
+])
+def test_neutral_arithmetic_goes(body, count):
+    model = parse(header() + f"""
+    g (float[2,3,4] x) => (float[2,3,4] y)
+      <float zero = {{0}}, float one = {{1}}, float[1,1,1] one4 = {{1}}> {{
+        {body}
+        y = Relu(a)
+    }}""")
+    assert_removes(model, ["Relu"], {count: 1})
+
+
+def test_neutral_constant_from_a_constant_node_on_int64_goes():
+    model = parse(header() + """
+    g (int64[5] x) => (int64[5] y) {
+        one = Constant<value = int64 {1}>()
+        m = Mul(x, one)
+        y = Neg(m)
+    }""")
+    feeds = {"x": np.arange(-2, 3, dtype=np.int64)}
+    assert_removes(model, ["Neg"], {"removed Mul of the neutral constant 1": 1}, [feeds])
+
+
+def test_neutral_constant_writing_a_graph_output_keeps_the_name():
+    model = parse(header() + """
+    g (float[3] x) => (float[3] y) <float one = {1}> { r = Relu(x) y = Mul(r, one) }""")
+    out = assert_removes(model, ["Relu"], {"removed Mul of the neutral constant 1": 1})
+    assert out.graph.node[0].output == ["y"]
+
+
+@pytest.mark.parametrize("body", [
+    "a = Sub(zero, x)",        # 0 - x is -x
+    "a = Div(one, x)",         # 1 / x
+    "a = Mul(x, two)",         # not neutral
+    "a = Add(x, zeros3)",      # more than one element: not a candidate at all
+])
+def test_non_neutral_arithmetic_is_not_a_candidate(body):
+    model = parse(header() + f"""
+    g (float[3] x) => (float[3] y)
+      <float zero = {{0}}, float one = {{1}}, float two = {{2}}, float[3] zeros3 = {{0, 0, 0}}> {{
+        {body}
+        y = Relu(a)
+    }}""")
+    graph = to_graph(model)
+    result = EliminateNoops().run(graph, PassContext())
+    assert not result.changed
+    assert [n.reason for n in result.notes] == [
+        "no Identity, inference Dropout, Cast, Reshape, Expand, Transpose, Unsqueeze or "
+        "Squeeze pair, Concat, Split, Slice, Pad or Add/Sub/Mul/Div of a constant"
+    ]
+
+
+def test_neutral_constant_that_adds_dimensions_stays():
+    model = parse(header() + """
+    g (float[3] x) => (float[1,3] y) <float[1,1] one = {1}> { m = Mul(x, one) y = Relu(m) }""")
+    assert_kept(model, "Mul 'm'", "its constant of rank 2 adds dimensions to an input of rank 1")
+
+
+def test_neutral_constant_with_unknown_input_rank_stays():
+    model = parse(header() + """
+    g (float[3] x, int64[2] s) => (float[?,?] y) <float[1] one = {1}> {
+        r = Reshape(x, s)
+        m = Mul(r, one)
+        y = Relu(m)
+    }""")
+    graph = to_graph(model)
+    graph.tensors()["r"].shape = None
+    result = EliminateNoops().run(graph, PassContext())
+    assert not result.changed
+    assert any(n.reason.startswith("shape unknown: its constant of rank 1") for n in result.notes)
+
+
+# ----------------------------------------------------------------------------- Split
+
+
+@pytest.mark.parametrize(("opset", "body"), [
+    (11, "s = Split<axis=1>(x)"),
+    (17, "s = Split<axis=1>(x, sizes)"),
+    (18, "s = Split<axis=1, num_outputs=1>(x)"),
+])
+def test_single_output_split_goes(opset, body):
+    model = parse(header(opset) + f"""
+    g (float[2,3] x) => (float[2,3] y) <int64[1] sizes = {{3}}> {{ {body} y = Neg(s) }}""")
+    assert_removes(model, ["Neg"], {"removed single-output Split": 1})
+
+
+def test_split_with_two_outputs_is_not_a_candidate():
+    model = parse(header() + """
+    g (float[2,4] x) => (float[2,2] y, float[2,2] z) { y, z = Split<axis=1>(x) }""")
+    graph = to_graph(model)
+    before = fingerprint(graph)
+    assert not EliminateNoops().run(graph, PassContext()).changed
+    assert fingerprint(graph) == before
+
+
+# ----------------------------------------------------------------------------- Unsqueeze pairs
+
+
+@pytest.mark.parametrize(("opset", "body", "axes"), [
+    (11, "u = Unsqueeze<axes=[0]>(x) v = Unsqueeze<axes=[2]>(u)", [0, 2]),
+    (11, "u = Unsqueeze<axes=[1]>(x) v = Unsqueeze<axes=[0]>(u)", [0, 2]),
+    (17, "u = Unsqueeze(x, a) v = Unsqueeze(u, b)", [0, 1, 3]),
+    (17, "u = Unsqueeze(x, neg) v = Unsqueeze(u, b)", [1, 3, 4]),  # [2,3,1] -> [2,1,3,1,1]
+])
+def test_unsqueeze_pairs_merge(opset, body, axes):
+    rank = 2 + len(axes)
+    model = parse(header(opset) + f"""
+    g (float[2,3] x) => (float[{",".join("?" * rank)}] y)
+      <int64[1] a = {{0}}, int64[2] b = {{1, 3}}, int64[1] neg = {{-1}}> {{
+        {body}
+        y = Neg(v)
+    }}""")
+    out, result = apply(EliminateNoops(), model)
+    assert ops(out) == ["Unsqueeze", "Neg"]
+    assert dict(result.counts) == {"merged Unsqueeze pairs into one": 1}
+    node = out.graph.node[0]
+    if opset < 13:
+        assert list(node.attribute[0].ints) == axes
+    else:
+        inits = {i.name: numpy_helper.to_array(i) for i in out.graph.initializer}
+        assert inits[node.input[1]].tolist() == axes
+    feeds = feeds_for(model)
+    assert_same_outputs(model, out, feeds)
+    assert_idempotent(EliminateNoops(), out)
+
+
+def test_unsqueeze_pair_whose_first_feeds_another_node_stays():
+    model = parse(header() + """
+    g (float[2] x) => (float[1,1,2] y, float[1,2] z) <int64[1] a = {0}> {
+        u = Unsqueeze(x, a)
+        y = Unsqueeze(u, a)
+        z = Neg(u)
+    }""")
+    assert_kept(model, "Unsqueeze 'y'", "the Unsqueeze before it also feeds another node")
+
+
+# ----------------------------------------------------------------- Transpose of size-1 axes
+
+
+def test_transpose_of_size_one_axes_between_reshapes_collapses():
+    # torchvision's SSD head: Reshape(conv, [1,-1,4,1,1]) -> Transpose(0,3,4,1,2) -> Reshape
+    model = inferred(header() + """
+    g (float[1,24,1,1] x) => (float[1,6,4] y)
+      <int64[5] s1 = {1, -1, 4, 1, 1}, int64[3] s2 = {1, -1, 4}> {
+        r = Reshape(x, s1)
+        t = Transpose<perm=[0, 3, 4, 1, 2]>(r)
+        y = Reshape(t, s2)
+    }""")
+    out = assert_removes(model, ["Reshape"], {
+        "turned Transposes of size-1 axes into Reshapes": 1,
+        "collapsed Reshape pairs into one": 2,
+    })
+    assert out.graph.node[0].output == ["y"]
+
+
+def test_transpose_of_size_one_axes_with_a_dynamic_dim_uses_minus_one():
+    model = inferred(header() + """
+    g (float[N,8] x) => (float[1,N,8] y) <int64[3] s = {-1, 8, 1}> {
+        r = Reshape(x, s)
+        y = Transpose<perm=[2, 0, 1]>(r)
+    }""")
+    graph = to_graph(model)
+    result = EliminateNoops().run(graph, PassContext())
+    assert result.counts["turned Transposes of size-1 axes into Reshapes"] == 1
+    assert [n.op for n in graph.nodes if n.outputs] == ["Reshape"]
+    feeds = {"x": np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)}
+    out, _ = apply(EliminateNoops(), model)
+    assert_same_outputs(model, out, feeds)
+
+
+@pytest.mark.parametrize(("perm", "shape"), [
+    ("[0, 2, 1]", "float[2,3,4]"),      # moves axes of size 3 and 4: data order changes
+])
+def test_transpose_that_moves_data_stays(perm, shape):
+    model = parse(header() + f"""
+    g (float[2,12] x) => ({shape.replace('[2,3,4]', '[2,4,3]')} y) <int64[3] s = {{2, 3, 4}}> {{
+        r = Reshape(x, s)
+        y = Transpose<perm={perm}>(r)
+    }}""")
+    assert_kept(model, "Transpose 'y'", "its permutation (0, 2, 1) is not the identity")
+
+
+def test_transpose_of_size_one_axes_without_a_reshape_stays():
+    model = parse(header() + """
+    g (float[1,4,1] x) => (float[4,1,1] y) { y = Transpose<perm=[1, 0, 2]>(x) }""")
+    assert_kept(model, "Transpose 'y'", "its permutation (1, 0, 2) is not the identity")

@@ -1,0 +1,153 @@
+"""fold-reshape-targets: exact ops and targets after, numerics, checker, idempotence, reasons."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from gfhelpers import apply, assert_rewrites, assert_skips, parse
+from onnx import numpy_helper
+
+from graphfix.passes.fold_reshape_targets import FoldReshapeTargets
+
+
+def header(opset: int = 17) -> str:
+    return f'<ir_version: 8, opset_import: ["" : {opset}]>'
+
+
+def feeds(*shape: int, seed: int = 0) -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
+
+
+def target_of(model: onnx.ModelProto, output: str) -> list[int]:
+    node = next(n for n in model.graph.node if n.output[0] == output)
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    return inits[node.input[1]].tolist()
+
+
+def test_paddle_flatten_with_dynamic_batch_becomes_a_copy_entry():
+    # ch_ppocr_mobile_v2.0_cls: Shape -> Cast(INT32) -> Slice[0:1] -> Cast(INT64) -> Concat
+    model = parse(header() + """
+    g (float[N,200,1,1] x) => (float[N,200] y)
+      <int64[1] b = {0}, int64[1] e = {1}, int64[1] c = {200}> {
+        s = Shape(x)
+        s32 = Cast<to=6>(s)
+        n32 = Slice(s32, b, e, b, e)
+        n = Cast<to=7>(n32)
+        t = Concat<axis=0>(n, c)
+        y = Reshape(x, t)
+    }""")
+    out = assert_rewrites(FoldReshapeTargets(), model, ["Reshape"],
+                          {"made Reshape targets computed from Shape constant": 1},
+                          [feeds(3, 200, 1, 1), feeds(1, 200, 1, 1, seed=1)])
+    assert target_of(out, "y") == [0, 200]
+
+
+def test_pytorch_flatten_gather_unsqueeze_concat():
+    model = parse(header() + """
+    g (float[N,4,2] x) => (float[N,8] y) <int64 zero = {0}, int64[1] ax = {0},
+                                          int64[1] rest = {-1}> {
+        s = Shape(x)
+        n = Gather<axis=0>(s, zero)
+        nn = Unsqueeze(n, ax)
+        t = Concat<axis=0>(nn, rest)
+        y = Reshape(x, t)
+    }""")
+    out = assert_rewrites(FoldReshapeTargets(), model, ["Reshape"],
+                          {"made Reshape targets computed from Shape constant": 1},
+                          [feeds(5, 4, 2)])
+    assert target_of(out, "y") == [0, -1]
+
+
+def test_dimension_of_another_tensor_becomes_the_one_minus_one():
+    model = parse(header() + """
+    g (float[N,8] x) => (float[N,2,4] y) <int64[1] b = {0}, int64[1] e = {1},
+                                          int64[2] c = {2, 4}> {
+        r = Relu(x)
+        s = Shape(x)
+        n = Slice(s, b, e)
+        t = Concat<axis=0>(n, c)
+        y = Reshape(r, t)
+    }""")
+    out = assert_rewrites(FoldReshapeTargets(), model, ["Relu", "Reshape"],
+                          {"made Reshape targets computed from Shape constant": 1},
+                          [feeds(3, 8)])
+    assert target_of(out, "y") == [-1, 2, 4]
+
+
+def test_shape_with_start_reads_static_dims_as_numbers():
+    model = parse(header() + """
+    g (float[N,3,4] x) => (float[N,3,4] y) <int64[1] rest = {-1}> {
+        r = Relu(x)
+        s = Shape<start=1>(x)
+        t = Concat<axis=0>(rest, s)
+        y = Reshape(r, t)
+    }""")
+    out = assert_rewrites(FoldReshapeTargets(), model, ["Relu", "Reshape"],
+                          {"made Reshape targets computed from Shape constant": 1},
+                          [feeds(2, 3, 4)])
+    assert target_of(out, "y") == [-1, 3, 4]
+
+
+def test_target_computed_by_an_op_it_does_not_evaluate_stays():
+    model = parse(header(17) + """
+    g (float[N,3,4] x) => (float[N,12] y) <int64[1] one = {1}> {
+        s = Shape<start=1>(x)
+        p = ReduceProd<keepdims=1>(s)
+        t = Concat<axis=0>(one, p)
+        y = Reshape(x, t)
+    }""")
+    assert_skips(FoldReshapeTargets(), model, "Reshape 'y'",
+                 "its target is not static: 'p' is computed by ReduceProd, "
+                 "which this pass does not evaluate")
+
+
+def test_reshape_inside_an_if_branch():
+    model = parse(header() + """
+    g (bool c, float[N,2,2] x) => (float[N,4] y) <int64 zero = {0}, int64[1] ax = {0},
+                                                  int64[1] four = {4}> {
+        y = If(c) <
+            then_branch = t () => (float[N,4] ty) {
+                s = Shape(x)
+                n = Gather(s, zero)
+                nn = Unsqueeze(n, ax)
+                tt = Concat<axis=0>(nn, four)
+                ty = Reshape(x, tt)
+            },
+            else_branch = e () => (float[N,4] ey) {
+                s2 = Shape(x)
+                n2 = Gather(s2, zero)
+                nn2 = Unsqueeze(n2, ax)
+                t2 = Concat<axis=0>(nn2, four)
+                r2 = Reshape(x, t2)
+                ey = Neg(r2)
+            }
+        >
+    }""")
+    out, result = apply(FoldReshapeTargets(), model)
+    assert dict(result.counts) == {"made Reshape targets computed from Shape constant": 2}
+    branches = {a.name: [n.op_type for n in a.g.node] for a in out.graph.node[0].attribute}
+    assert branches == {"then_branch": ["Reshape"], "else_branch": ["Reshape", "Neg"]}
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    ("s = Shape(x) t = Concat<axis=0>(s, one) y = Reshape(r, t)",
+     "its target copies dimensions not known statically (dim 0 of 'x', dim 1 of 'x') "
+     "that neither 0 nor a single -1 can express"),
+    ("s = Shape(x) t = Concat<axis=0>(s, one) y = Reshape<allowzero=1>(x, t)",
+     "its target copies dimensions not known statically (dim 0 of 'x', dim 1 of 'x') "
+     "that neither 0 nor a single -1 can express"),
+    ("s = Shape(x) f = Cast<to=1>(s) c = Cast<to=7>(f) t = Concat<axis=0>(c, one) "
+     "y = Reshape(x, t)",
+     "its target is not static: Cast 'f' casts to a type other than INT32/INT64"),
+])
+def test_targets_that_cannot_be_expressed_stay(body, reason):
+    model = parse(header() + f"""
+    g (float[N,M] x) => (float[?,?,?] y) <int64[1] one = {{1}}> {{ r = Relu(x) {body} }}""")
+    assert_skips(FoldReshapeTargets(), model, "Reshape 'y'", reason)
+
+
+def test_constant_targets_are_not_candidates():
+    model = parse(header() + """
+    g (float[2,3] x) => (float[6] y) <int64[1] t = {6}> { y = Reshape(x, t) }""")
+    assert_skips(FoldReshapeTargets(), model, "graph", "no Reshape with a computed target")
