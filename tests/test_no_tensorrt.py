@@ -16,7 +16,8 @@ for mod in pkgutil.walk_packages(graphfix.__path__, "graphfix."):
 from typer.testing import CliRunner
 from graphfix.cli.app import app
 r = CliRunner()
-for args in (["--help"], ["run", "--help"], ["passes", "--help"], ["demo", "--help"]):
+for args in (["--help"], ["run", "--help"], ["passes", "--help"], ["demo", "--help"],
+             ["doctor", "--help"]):
     res = r.invoke(app, args)
     assert res.exit_code == 0, (args, res.output)
 print("ok")

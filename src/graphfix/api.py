@@ -44,6 +44,7 @@ def run(
     providers: Sequence[str] = ("cpu",),
     on_pass_start: Callable[[int, str], None] | None = None,
     on_pass_done: PassCallback | None = None,
+    trt: str | None = None,
 ) -> Result:
     """Run a pipeline of passes, verifying after each (see `graphfix.passes.manager`).
 
@@ -51,6 +52,8 @@ def run(
     compared with the original's after every pass on seeded random inputs (or the
     arrays in `data`, an .npz keyed by input name); dynamic dims come from
     `input_shapes`, else axis 0 = 1, else a GraphfixError says what to pass.
+    `trt` names the TensorRT version the model is prepared for ("8.6", "10", ...):
+    passes that depend on it (detect-unsupported) read it from their context.
     """
     pipeline = passes if isinstance(passes, Pipeline) else parse_pipeline(passes)
     if isinstance(model, onnx.ModelProto):
@@ -75,6 +78,10 @@ def run(
         shapes = resolve_shapes(inputs, given, lenient=True)
         output_check = OutputCheck.disabled("--no-check was given")
     ctx = PassContext(input_shapes=shapes)
+    if trt is not None:
+        from graphfix.trt import parse_target
+
+        ctx.trt = parse_target(trt)
     result_model, report = run_pipeline(
         source, pipeline, output_check, ctx, on_pass_start, on_pass_done
     )

@@ -64,6 +64,7 @@ class Report:
     renamed: dict[str, str] = field(default_factory=dict)
     rounds: dict[str, int] = field(default_factory=dict)
     explain: dict[str, Any] = field(default_factory=dict)
+    doctor: dict[str, Any] = field(default_factory=dict)  # graphfix.doctor/1, with --trt
     seconds: float = 0.0
     input: dict[str, Any] = field(default_factory=dict)
     output: dict[str, Any] = field(default_factory=dict)

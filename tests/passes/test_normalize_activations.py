@@ -244,6 +244,25 @@ def test_hardswish_option_off_keeps_the_pair_with_reason():
     assert any("TensorRT 8.0 and 8.2" in n.reason for n in result.notes)
 
 
+@pytest.mark.parametrize(("trt", "fused"), [("8.2", False), ("8.4", True), ("10", True)])
+def test_hardswish_follows_the_run_target_matrix(trt, fused):
+    from graphfix.passes.base import PassContext
+    from graphfix.trt import parse_target
+
+    model = parse(_header(14) + f"""
+    g (float[2,3,8] x) => (float[2,3,8] y) {{
+        h = {_HARDSIGMOID} (x)
+        y = Mul(x, h)
+    }}""")
+    out, result = apply(NormalizeActivations(), model, PassContext(trt=parse_target(trt)))
+    assert [n.op_type for n in out.graph.node] == (
+        ["HardSwish"] if fused else ["HardSigmoid", "Mul"])
+    if not fused:
+        assert [n.reason for n in result.notes] == [
+            "left as x * HardSigmoid(x): the TensorRT 8.2 operator table does not list "
+            "HardSwish as supported"]
+
+
 def test_fp16_hardswish():
     # x * HardSigmoid(x) may round twice in fp16 where HardSwish rounds once; onnxruntime
     # gives identical results on these inputs (|y| up to ~8), but about one fp16 ulp

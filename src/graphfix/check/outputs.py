@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+from onnx import helper
 
 from graphfix.check.compare import OutputDiff, compare_outputs
 from graphfix.check.inputs import DEFAULT_SEED, graph_inputs, load_feeds, random_feeds
@@ -98,7 +99,7 @@ class OutputCheck:
         """Run the rewritten model on the reference inputs and compare every output."""
         assert self.reference is not None, "verify() on a disabled check"
         try:
-            outputs = run_model(model, self.feeds, self.providers)
+            outputs = run_model(model, feeds_as_declared(model, self.feeds), self.providers)
         except Exception as err:
             return CheckOutcome(False, error=f"onnxruntime cannot run it: {_first_line(err)}")
         diffs = compare_outputs(self.reference, outputs)
@@ -109,6 +110,26 @@ class OutputCheck:
 
     def tolerances(self) -> dict[str, dict[str, float]]:
         return {k: {"rtol": t.rtol, "atol": t.atol} for k, t in tolerance_table().items()}
+
+
+def feeds_as_declared(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict:
+    """The feeds, each cast to the dtype `model` declares for that input when a pass
+    changed it (int64-to-int32) and the cast keeps every value exactly; others as given
+    (onnxruntime then says what does not match)."""
+    declared = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+    out = {}
+    for name, value in feeds.items():
+        elem = declared.get(name, 0)
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(elem) if elem else value.dtype
+        except (KeyError, TypeError, ValueError):
+            dtype = value.dtype
+        if dtype != value.dtype:
+            cast = value.astype(dtype)
+            if np.array_equal(cast.astype(value.dtype), value):
+                value = cast
+        out[name] = value
+    return out
 
 
 def _first_line(err: Exception) -> str:

@@ -9,6 +9,7 @@ import typer
 
 from graphfix.cli.common import EXIT_INTERNAL, Settings
 from graphfix.cli.demo import demo_command
+from graphfix.cli.doctor import doctor_command
 from graphfix.cli.passes import passes_command
 from graphfix.cli.run import run_command
 
@@ -43,6 +44,7 @@ def _root(
 app.command("run")(run_command)
 app.command("passes")(passes_command)
 app.command("demo")(demo_command)
+app.command("doctor")(doctor_command)
 
 
 def main() -> None:

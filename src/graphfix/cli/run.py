@@ -72,6 +72,12 @@ def run_command(
         "and for each broken one the node in the way, why, and the pass that fixes it "
         "(also in the JSON report).",
     ),
+    trt: str = typer.Option(
+        None, "--trt",
+        help="TensorRT version the model is prepared for (8.6, 10, 10.12, ...): passes that "
+        "depend on it read it, and after the pipeline the findings of `graphfix doctor` that "
+        "still block parsing are printed (all findings in the JSON report).",
+    ),
 ) -> None:
     """Rewrite MODEL with a pipeline of passes, verifying the numbers after each pass."""
     with user_errors(ctx):
@@ -100,6 +106,7 @@ def run_command(
                 on_pass_start=(lambda i, s: status.update(f"pass {i + 1}: {s}"))
                 if status else None,
                 on_pass_done=on_done,
+                trt=trt,
             )
         finally:
             if status:
@@ -109,6 +116,13 @@ def run_command(
         rep = result.report
         if explain:
             rep.explain = explain_change(source, result.model)
+        diagnosis = None
+        if trt is not None:
+            from graphfix.doctor import diagnose
+            from graphfix.trt import parse_target
+
+            diagnosis = diagnose(result.model, parse_target(trt), name=str(out))
+            rep.doctor = diagnosis.to_json()
         if report or as_json:
             _fill_files(rep, model, out)
         if report:
@@ -119,6 +133,8 @@ def run_command(
             print_report(rep, show_traceback=bool(ctx.obj and ctx.obj.debug))
             if explain:
                 print_explain(rep.explain)
+            if diagnosis is not None:
+                _print_blocking(diagnosis)
             console.print(
                 f"wrote {out} ({rep.nodes_before} → {rep.nodes_after} nodes, "
                 f"{rep.seconds:.2f} s)", markup=False
@@ -143,3 +159,21 @@ def _dumper(out: Path, which: str, input_path: Path):
         io.save(model, path, input_path=input_path)
 
     return dump
+
+
+def _print_blocking(diagnosis) -> None:
+    """The findings that still stop the target's parser, then doctor's verdict."""
+    from graphfix.cli.doctor import print_diagnosis
+    from graphfix.doctor import Diagnosis
+
+    blocking = Diagnosis(diagnosis.model, diagnosis.target, diagnosis.target_note,
+                         diagnosis.matrix, diagnosis.by_severity("error"))
+    if blocking.findings:
+        print_diagnosis(blocking)
+    else:
+        console.print(diagnosis.verdict(), markup=False, style="bold green")
+    warns = len(diagnosis.by_severity("warn"))
+    if warns:
+        console.print(f"{warns} warning(s) more: graphfix doctor {diagnosis.model} "
+                      f"--trt {diagnosis.matrix}", markup=False)
+

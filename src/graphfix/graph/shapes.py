@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper
 from onnx_graphsurgeon.logger import G_LOGGER
 
+from graphfix.graph.protos import graph_protos
 from graphfix.graph.skeleton import skeleton
 from graphfix.graph.walk import all_graphs
 
@@ -46,7 +45,7 @@ def apply_inferred(graph: gs.Graph, inferred: onnx.ModelProto) -> int:
     a shape where it is more static than what the tensor has, a dtype where the tensor
     has none. Returns how many tensors changed."""
     shapes, dtypes = {}, {}
-    for g in _graph_protos(inferred.graph):
+    for g in graph_protos(inferred.graph):
         for vi in list(g.value_info) + list(g.output):
             tensor_type = vi.type.tensor_type
             if tensor_type.HasField("shape"):
@@ -95,14 +94,3 @@ def _static_count(shape: list[Dim] | None) -> int:
     if shape is None:
         return -1
     return sum(isinstance(d, int) and d >= 0 for d in shape)
-
-
-def _graph_protos(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield g
-    for node in g.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _graph_protos(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from _graph_protos(sub)

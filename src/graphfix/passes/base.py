@@ -64,11 +64,13 @@ class PassContext:
     `input_shapes` holds the resolved shape of every graph input (from
     `--input-shape`, `--data` or the default), for passes such as `fix-shapes`.
     `renamed` records tensor names a pass had to change (old -> new), so tensors
-    can still be matched across rewrites.
+    can still be matched across rewrites. `trt` is the TensorRT target the run
+    prepares for (`graphfix.trt.TrtTarget`), None when none was given.
     """
 
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     renamed: dict[str, str] = field(default_factory=dict)
+    trt: Any = None  # the graphfix.trt.TrtTarget given with --trt, if any
 
 
 @dataclass(frozen=True)

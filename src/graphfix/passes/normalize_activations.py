@@ -101,6 +101,17 @@ class NormalizeActivations(Pass):
     summary = "Rewrite Clip(x,0,inf) and Max(x,0) as Relu and x*HardSigmoid(x) as HardSwish"
     Options = NormalizeActivationsOptions
 
+    def _hardswish_allowed(self, ctx: PassContext) -> str | None:
+        """Why HardSwish must not be emitted (option off, or the run's TensorRT target's
+        matrix does not list it as supported), else None."""
+        if not self.options.hardswish:
+            return _NO_HARDSWISH
+        row = ctx.trt.op("HardSwish") if ctx.trt is not None else None
+        if ctx.trt is not None and (row is None or not row.supported):
+            return (f"left as x * HardSigmoid(x): the TensorRT {ctx.trt.version} operator "
+                    "table does not list HardSwish as supported")
+        return None
+
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
         opset = opset_of(graph)
@@ -110,10 +121,8 @@ class NormalizeActivations(Pass):
                 if not node.outputs or not is_onnx(node, "Clip", "Max", "Mul"):
                     continue
                 checked = _check(g, node, opset, node_ids)
-                if isinstance(checked, _Plan) and checked.op == "HardSwish" and not (
-                    self.options.hardswish
-                ):
-                    checked = _NO_HARDSWISH
+                if isinstance(checked, _Plan) and checked.op == "HardSwish":
+                    checked = self._hardswish_allowed(ctx) or checked
                 if isinstance(checked, str):
                     result.notes.append(Note(node_label(node), checked))
                 elif checked is not None:

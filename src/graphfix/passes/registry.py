@@ -9,6 +9,7 @@ from graphfix.errors import GraphfixError, InternalError
 from graphfix.passes.base import Pass, check_pass_class
 from graphfix.passes.cleanup import Cleanup
 from graphfix.passes.dedup_constants import DedupConstants
+from graphfix.passes.detect_unsupported import DetectUnsupported
 from graphfix.passes.eliminate_noops import EliminateNoops
 from graphfix.passes.fix_shapes import FixShapes
 from graphfix.passes.fold_bn import FoldBatchNorm
@@ -17,8 +18,10 @@ from graphfix.passes.fold_reshape_targets import FoldReshapeTargets
 from graphfix.passes.fuse_conv_bias import FuseConvBias
 from graphfix.passes.fuse_conv_mul import FuseConvMul
 from graphfix.passes.fuse_pad_conv import FusePadConv
+from graphfix.passes.int64_to_int32 import Int64ToInt32
 from graphfix.passes.merge_duplicates import MergeDuplicates
 from graphfix.passes.normalize_activations import NormalizeActivations
+from graphfix.passes.opset import Opset
 from graphfix.passes.unfuse_contrib import UnfuseContrib
 
 PASSES: tuple[type[Pass], ...] = (
@@ -35,6 +38,9 @@ PASSES: tuple[type[Pass], ...] = (
     DedupConstants,
     MergeDuplicates,
     UnfuseContrib,
+    DetectUnsupported,
+    Int64ToInt32,
+    Opset,
 )
 
 

@@ -20,7 +20,6 @@ Parsing is plain string work; only `run_trt_parser` touches tensorrt, lazily.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 import onnx
 
 from graphfix.errors import GraphfixError
+from graphfix.graph.protos import proto_label, walk_protos
 from graphfix.trt._data import operators_data
 
 # nvonnxparser::ErrorCode, in value order (NvOnnxParser.h, TensorRT 8.x-11.x).
@@ -134,7 +134,7 @@ def map_errors_to_nodes(
             if error.node_index < len(top):
                 node = top[error.node_index]
                 if error.op_type is None or node.op_type == error.op_type:
-                    label = _label(node, ())
+                    label = proto_label(node)
         mapped.append((error, label))
     return mapped
 
@@ -186,37 +186,17 @@ def _node_labels(model: onnx.ModelProto) -> tuple[dict[str, str], dict[str, str]
     """name -> label and output tensor -> label, over every graph and local function."""
     names: dict[str, str] = {}
     outputs: dict[str, str] = {}
-    walks = [_walk(model.graph, ())]
-    walks += [_walk(f, (f"function '{f.name}'",)) for f in model.functions]
+    walks = [walk_protos(model.graph)]
+    walks += [walk_protos(f, (f"function '{f.name}'",)) for f in model.functions]
     for walk in walks:
-        for node, path in walk:
-            label = _label(node, path)
+        for node, path, _ in walk:
+            label = proto_label(node, path)
             if node.name:
                 names.setdefault(node.name, label)
             for out in node.output:
                 if out:
                     outputs.setdefault(out, label)
     return names, outputs
-
-
-def _walk(
-    graph: onnx.GraphProto | onnx.FunctionProto, path: tuple[str, ...]
-) -> Iterator[tuple[onnx.NodeProto, tuple[str, ...]]]:
-    """Nodes of a GraphProto or FunctionProto and their subgraph path (doctor's form)."""
-    for node in graph.node:
-        yield node, path
-        for attr in node.attribute:
-            inner = f"{_label(node, ())}.{attr.name}"
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _walk(attr.g, (*path, inner))
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for k, sub in enumerate(attr.graphs):
-                    yield from _walk(sub, (*path, f"{inner}[{k}]"))
-
-
-def _label(node: onnx.NodeProto, path: tuple[str, ...]) -> str:
-    name = node.name or (node.output[0] if node.output else "?")
-    return " > ".join([*path, f"{node.op_type} '{name}'"])
 
 
 @cache

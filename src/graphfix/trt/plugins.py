@@ -67,6 +67,7 @@ class PluginSpec:
     version_deprecations: tuple[tuple[str, str], ...] = ()
     added_in: str | None = None
     alias_of: str | None = None
+    interface: str = ""  # the TensorRT plugin interface, e.g. "IPluginV2DynamicExt"
 
     def status_at(self, target: TrtTarget) -> Status:
         """"removed", "deprecated" or "available" at the target's version.
@@ -132,6 +133,7 @@ def _spec(entry: dict[str, Any]) -> PluginSpec:
         versions=tuple(str(v) for v in entry.get("versions") or ()),
         category=entry.get("category", ""),
         description=entry.get("description", ""),
+        interface=entry.get("interface", "") or "",
         attributes=tuple(_attr(a) for a in entry.get("attributes", ())),
         deprecated_since=leading_version(
             status.get("deprecated_since") or status.get("all_deprecated_since")),

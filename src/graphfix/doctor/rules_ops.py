@@ -1,0 +1,190 @@
+"""Doctor rules about operators: support in the target's parser, dtypes, opset, domains.
+
+Every claim comes from the target's operator matrix (`graphfix.trt`, shipped from
+../shared/trt/onnx_trt_operators.json); the finding's `fact` quotes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from onnx import TensorProto
+
+from graphfix.doctor.findings import ERROR, WARN, Finding
+from graphfix.doctor.rules_plugins import handles as plugin_handles
+from graphfix.doctor.view import ModelView, NodeRef
+from graphfix.trt import OpSupport, TrtTarget, documented_versions, parse_target
+
+# ONNX element type -> the name the matrix's "Supported Types" column uses.
+TYPE_NAMES = {
+    TensorProto.FLOAT: "FP32", TensorProto.FLOAT16: "FP16", TensorProto.BFLOAT16: "BF16",
+    TensorProto.DOUBLE: "DOUBLE", TensorProto.INT32: "INT32", TensorProto.INT64: "INT64",
+    TensorProto.INT8: "INT8", TensorProto.UINT8: "UINT8", TensorProto.BOOL: "BOOL",
+    TensorProto.FLOAT8E4M3FN: "FP8", TensorProto.INT4: "INT4",
+}
+# Ops whose first input is not the tensor the Types column describes: the input to read.
+_TYPED_INPUT = {"Where": 1, "ConstantOfShape": -1, "Shape": None, "Size": None,
+                "EyeLike": None, "RandomNormalLike": None, "RandomUniformLike": None,
+                "Cast": None, "CastLike": None, "If": None, "Loop": None, "Scan": None,
+                "QuantizeLinear": 0, "DequantizeLinear": 0, "Constant": -1}
+# Ops the unfuse-contrib pass turns into standard ops.
+UNFUSABLE_CONTRIB = {"FusedConv", "FusedGemm"}
+_NCHWC = "com.microsoft.nchwc"
+
+
+def op_support(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
+    """`op-unsupported` (error) and `op-experimental` (warn), one finding per op type."""
+    by_op: dict[str, list[NodeRef]] = {}
+    for ref in view.nodes:
+        if ref.standard and not plugin_handles(ref, target):  # plugin ops: rules_plugins
+            by_op.setdefault(ref.op, []).append(ref)
+    for op, refs in by_op.items():
+        row = target.op(op)
+        nodes = tuple(r.label for r in refs)
+        if row is None or not row.supported:
+            listed = "not listed" if row is None else "listed as unsupported"
+            yield Finding(
+                "op-unsupported", ERROR,
+                f"{op} is {listed} in the TensorRT {target.version} ONNX operator table "
+                f"({len(refs)} node{'s' * (len(refs) != 1)})",
+                nodes=nodes, op=op,
+                fact=f"matrix {target.version}: {op} {listed}",
+                fix=_unsupported_fix(op, target),
+            )
+        elif row.experimental:
+            yield Finding(
+                "op-experimental", WARN,
+                f"{op} is supported only as EXPERIMENTAL by TensorRT {target.version}",
+                nodes=nodes, op=op, fact=f"matrix {row.matrix}: {op} Y* (experimental)",
+                fix="check the engine's outputs against onnxruntime (graphfix check)",
+            )
+
+
+def _unsupported_fix(op: str, target: TrtTarget) -> str:
+    later = [v for v in documented_versions()
+             if _num(v) > _num(target.version) and (row := parse_target(v).op(op)) is not None
+             and row.supported]
+    newer = f"TensorRT {later[0]} supports it; " if later else ""
+    return (f"{newer}otherwise rewrite that part of the model before export or "
+            "implement the op as a TensorRT plugin")
+
+
+def _num(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+def supported_nodes(view: ModelView, target: TrtTarget) -> Iterator[tuple[NodeRef, OpSupport]]:
+    """Every ai.onnx node whose op the target's matrix lists as supported, with its row."""
+    for ref in view.nodes:
+        if ref.standard:
+            row = target.op(ref.op)
+            if row is not None and row.supported:
+                yield ref, row
+
+
+def dtype_support(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
+    """`dtype-unsupported` (error), `dtype-cast-down` (warn): the typed tensor of each
+    supported op against the matrix's Supported Types column."""
+    cast_int64 = not target.at_least("9.0")  # parser notes: <= 8.6 casts INT64 to INT32
+    grouped: dict[tuple[str, str, str], list[NodeRef]] = {}
+    for ref, row in supported_nodes(view, target):
+        if not row.types:
+            continue
+        name = _typed_tensor(ref)
+        type_name = TYPE_NAMES.get(view.elem_type(name)) if name else None
+        if type_name is None or type_name in row.types:
+            continue
+        if type_name == "INT64" and cast_int64 and "INT32" in row.types:
+            continue  # cast down by the parser; graphfix.doctor.rules_int64 covers overflow
+        if type_name in ("INT8", "UINT8") and ref.op in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        grouped.setdefault((ref.op, type_name, ", ".join(row.types)), []).append(ref)
+    for (op, type_name, listed), refs in grouped.items():
+        fact = f"matrix {target.version}: {op} supported types {listed}"
+        if type_name == "DOUBLE":
+            yield Finding(
+                "dtype-cast-down", WARN,
+                f"{op} reads DOUBLE tensors; TensorRT casts DOUBLE to FP32, clamping to +-FLT_MAX",
+                nodes=tuple(r.label for r in refs), op=op, fact=fact,
+                fix="export the model in float32",
+            )
+            continue
+        yield Finding(
+            "dtype-unsupported", ERROR,
+            f"{op} on {type_name} tensors: the TensorRT {target.version} operator table "
+            f"lists {op} for {listed} only",
+            nodes=tuple(r.label for r in refs), tensors=tuple(
+                _typed_tensor(r) for r in refs), op=op, fact=fact,
+            fix=_dtype_fix(type_name),
+        )
+
+
+def _typed_tensor(ref: NodeRef) -> str:
+    index = _TYPED_INPUT.get(ref.op, 0)
+    if index is None:
+        return ""
+    if index == -1:
+        return ref.node.output[0] if ref.node.output else ""
+    return ref.input(index)
+
+
+def _dtype_fix(type_name: str) -> str:
+    if type_name == "INT64":
+        return "int64-to-int32 (where the values fit), or Cast to INT32 before this node"
+    if type_name in ("INT8", "UINT8"):
+        return "quantize through QuantizeLinear/DequantizeLinear (graphfix calibrate)"
+    return f"Cast the {type_name} tensor to a listed type before this node"
+
+
+def opset_range(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
+    """`opset-out-of-range` (error): the model's ai.onnx opset against the parser's range."""
+    bounds = target.opset_range
+    if bounds is None or not view.opset:
+        return
+    low, high = bounds
+    if low <= view.opset <= high:
+        return
+    wanted = min(max(view.opset, low), high)
+    yield Finding(
+        "opset-out-of-range", ERROR,
+        f"the model uses ONNX opset {view.opset}; the TensorRT {target.version} parser "
+        f"supports opsets {low} to {high}",
+        fact=f"matrix {target.version}: opset range {low}-{high}",
+        fix=f"opset{{version={wanted}}}",
+    )
+
+
+def custom_domains(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
+    """`domain-contrib` (error) for onnxruntime/ONNX-ML ops; plugin ops are left to
+    rules_plugins. One finding per (domain, op)."""
+    grouped: dict[tuple[str, str], list[NodeRef]] = {}
+    for ref in view.nodes:
+        if ref.domain.startswith("com.microsoft") or ref.domain == "ai.onnx.ml":
+            grouped.setdefault((ref.domain, ref.op), []).append(ref)
+    for (domain, op), refs in grouped.items():
+        if domain == _NCHWC or (domain == "com.microsoft" and op in UNFUSABLE_CONTRIB):
+            fix = "unfuse-contrib"
+        elif domain == "ai.onnx.ml":
+            fix = "move this classical-ML stage out of the TensorRT model (pre/post-processing)"
+        else:
+            fix = ("re-export without onnxruntime's offline optimizations "
+                   "(graph_optimization_level below EXTENDED), or implement a TensorRT plugin")
+        yield Finding(
+            "domain-nonstandard", ERROR,
+            f"{domain}::{op} is an onnxruntime/ONNX-ML op outside the standard domain; "
+            "TensorRT's ONNX parser only knows ai.onnx ops and registered plugins",
+            nodes=tuple(r.label for r in refs), op=f"{domain}::{op}",
+            fact=f"matrix {target.version}: lists ai.onnx operators only",
+            fix=fix,
+        )
+
+
+def inference_failed(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
+    """`shape-inference-failed` (warn) when ONNX shape inference failed: dtype and shape
+    rules then see less."""
+    if view.inference_error:
+        yield Finding(
+            "shape-inference-failed", WARN,
+            "ONNX shape inference failed on this model, so dtype and shape checks are partial",
+            fact=view.inference_error, fix="graphfix run model.onnx --passes fix-shapes{...}",
+        )

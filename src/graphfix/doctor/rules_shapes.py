@@ -1,0 +1,156 @@
+"""Doctor rules about shapes and INT64: dynamic inputs, data-dependent shapes, INT64 range."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+from onnx import TensorProto
+
+from graphfix.doctor.findings import ERROR, WARN, Finding
+from graphfix.doctor.view import ModelView
+from graphfix.trt import TrtTarget, parser_behaviour_notes
+
+# Ops whose output shape depends on the input values, not only on input shapes
+# (the ONNX spec of each: the output length is the number of selected elements).
+DATA_DEPENDENT = ("NonZero", "NonMaxSuppression", "Unique", "Compress", "TopK")
+_INT32 = np.iinfo(np.int32)
+
+
+def dynamic_inputs(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
+    """`dynamic-input` (warn): graph inputs with symbolic or unknown dims need an
+    optimization profile; the trtexec flags to build one."""
+    dynamic = []
+    for vi in view.graph_inputs:
+        dims = _dims(vi)
+        if dims is None or any(not isinstance(d, int) for d in dims):
+            dynamic.append((vi.name, dims))
+    if not dynamic:
+        return
+    def flag(kind: str, fill: int) -> str:
+        return ",".join(f"{name}:" + "x".join(str(d) if isinstance(d, int) else str(fill)
+                                               for d in (dims or []))
+                        for name, dims in dynamic)
+    line = (f"trtexec --onnx=model.onnx --minShapes={flag('min', 1)} "
+            f"--optShapes={flag('opt', 1)} --maxShapes={flag('max', 8)}")
+    names = ", ".join(f"{n}{_shape_text(d)}" for n, d in dynamic)
+    example = dynamic[0]
+    fixed = "x".join(str(d) if isinstance(d, int) else "1" for d in (example[1] or []))
+    yield Finding(
+        "dynamic-input", WARN,
+        f"dynamic input dimensions: {names}; the engine needs an optimization profile "
+        "(set the batch/size ranges below to what you will run)",
+        tensors=tuple(n for n, _ in dynamic),
+        fact="TensorRT builds engines for explicit shape ranges (optimization profiles)",
+        fix=f"{line}   or fix them: fix-shapes{{{example[0]}={fixed or '...'}}}",
+    )
+
+
+def _dims(vi) -> list | None:
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+            for d in tt.shape.dim]
+
+
+def _shape_text(dims: list | None) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]" if dims is not None else "[?]"
+
+
+def data_dependent(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
+    """`data-dependent-shape` (warn): ops whose output size depends on tensor values,
+    one finding per op type naming each node once (TopK only when K is computed from
+    values, not from shapes or constants)."""
+    notes = parser_behaviour_notes()
+    grouped: dict[str, list] = {}
+    for ref in view.nodes:
+        if not ref.standard or ref.op not in DATA_DEPENDENT:
+            continue
+        if ref.op == "TopK" and (view.opset < 10 or _from_shapes(view, ref.input(1))):
+            continue
+        grouped.setdefault(ref.op, []).append(ref)
+    for op, refs in grouped.items():
+        fact = notes.get(op) if isinstance(notes.get(op), str) else ""
+        if op == "NonMaxSuppression":
+            nms = notes.get("NonMaxSuppression", {})
+            fact = nms.get("8.5+", "") if target.at_least("8.5") else nms.get("8.0-8.4", "")
+        yield Finding(
+            "data-dependent-shape", WARN,
+            f"{op} has a data-dependent output shape ({len(refs)} node"
+            f"{'s' * (len(refs) != 1)}): TensorRT sizes such outputs at run time (slower, "
+            "and some later layers cannot take such shapes)",
+            nodes=tuple(r.label for r in refs),
+            tensors=tuple(r.node.output[0] for r in refs if r.node.output), op=op,
+            fact=fact or "ONNX spec: the output length is the number of selected elements",
+            fix=_bound_fix(op),
+        )
+
+
+def _from_shapes(view: ModelView, name: str, limit: int = 64) -> bool:
+    """Whether `name` is computed only from constants and Shape/Size of tensors (a
+    build-time value for TensorRT), looking at most `limit` nodes up."""
+    todo, seen = [name], set()
+    while todo:
+        tensor = todo.pop()
+        if not tensor or tensor in seen or view.is_constant(tensor):
+            continue
+        seen.add(tensor)
+        producer = view.producers.get(tensor)
+        if producer is None or len(seen) > limit:
+            return False  # a graph input, an outer-scope value, or too far to tell
+        if producer.op in ("Shape", "Size"):
+            continue
+        todo.extend(producer.node.input)
+    return True
+
+
+def _bound_fix(op: str) -> str:
+    if op == "NonMaxSuppression":
+        return ("bound it: a fixed max_output_boxes_per_class, or replace the NMS with the "
+                "EfficientNMS_TRT plugin (fixed-size outputs)")
+    if op == "TopK":
+        return "make K a constant"
+    return f"bound the number of selected elements after {op} (e.g. TopK with a constant K)"
+
+
+def _only_slice_bounds(view: ModelView, name: str) -> bool:
+    """Read only as Slice starts/ends: clamped to +-INT_MAX they still mean "from the
+    start"/"to the end" (every dimension is below 2**31), so clamping changes nothing."""
+    readers = view.consumers.get(name, [])
+    return bool(readers) and all(
+        r.op == "Slice" and all(r.input(i) != name for i in (0, 3, 4))
+        and name in (r.input(1), r.input(2)) for r in readers)
+
+
+def int64_values(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
+    """`int64-overflow` (error before TensorRT 9.0, which casts INT64 to INT32) and
+    `int64-input` (warn for those targets): per initializer/Constant and per input."""
+    if target.at_least("9.0"):
+        return
+    fact = "parser notes, INT64: " + str(parser_behaviour_notes().get("INT64", ""))
+    for name, tensor in view.initializers.items():
+        if tensor.data_type != TensorProto.INT64:
+            continue
+        value = view.value(name)
+        if value is None or value.size == 0 or _only_slice_bounds(view, name):
+            continue
+        low, high = int(value.min()), int(value.max())
+        if low < _INT32.min or high > _INT32.max:
+            worst = high if high > _INT32.max else low
+            yield Finding(
+                "int64-overflow", ERROR,
+                f"INT64 initializer '{name}' holds {worst}, outside INT32; TensorRT "
+                f"{target.version} casts INT64 to INT32 and clamps it to +-INT_MAX",
+                tensors=(name,), fact=fact,
+                fix=("change the model so the value fits INT32 (large Slice ends: use "
+                     "INT32_MAX), then int64-to-int32; or target TensorRT 9.0 or newer"),
+            )
+    for vi in view.graph_inputs:
+        if vi.type.tensor_type.elem_type == TensorProto.INT64:
+            yield Finding(
+                "int64-input", WARN,
+                f"graph input '{vi.name}' is INT64; TensorRT {target.version} has no INT64 "
+                "tensors and binds it as INT32",
+                tensors=(vi.name,), fact=fact, fix="int64-to-int32 (feeds INT32 at run time)",
+            )

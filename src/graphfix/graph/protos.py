@@ -1,0 +1,44 @@
+"""Walking ONNX protos (not gs graphs): subgraphs, and nodes labelled with their path.
+
+The label form is shared by doctor findings and TensorRT parser messages:
+`Op 'name'` (the first output when the node has no name), prefixed by the nodes
+whose subgraphs hold it, `If 'cond'.then_branch > Relu 'r'`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import onnx
+
+
+def graph_protos(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """The graph, then every subgraph in its node attributes, recursively."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from graph_protos(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from graph_protos(sub)
+
+
+def proto_label(node: onnx.NodeProto, path: tuple[str, ...] = ()) -> str:
+    name = node.name or (node.output[0] if node.output else "?")
+    return " > ".join([*path, f"{node.op_type} '{name}'"])
+
+
+def walk_protos(
+    graph: onnx.GraphProto | onnx.FunctionProto, path: tuple[str, ...] = ()
+) -> Iterator[tuple[onnx.NodeProto, tuple[str, ...], int]]:
+    """(node, path of enclosing subgraphs, index in its own graph), depth first."""
+    for index, node in enumerate(graph.node):
+        yield node, path, index
+        for attr in node.attribute:
+            inner = f"{proto_label(node)}.{attr.name}"
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from walk_protos(attr.g, (*path, inner))
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for k, sub in enumerate(attr.graphs):
+                    yield from walk_protos(sub, (*path, f"{inner}[{k}]"))

@@ -1,0 +1,188 @@
+"""opset: exact ops after, onnxruntime numerics, checker, idempotence, every skip reason,
+and the graph the manager holds is the one converted."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from gfhelpers import (
+    apply,
+    assert_idempotent,
+    assert_same_outputs,
+    assert_skips,
+    feeds_for,
+    ops,
+    output_types,
+    parse,
+)
+from onnx import TensorProto, helper, numpy_helper
+
+from graphfix.check.inputs import graph_inputs, resolve_shapes
+from graphfix.check.outputs import OutputCheck
+from graphfix.errors import GraphfixError
+from graphfix.graph import to_graph
+from graphfix.passes.base import PassContext
+from graphfix.passes.manager import run_passes
+from graphfix.passes.opset import Opset
+from graphfix.report import APPLIED
+
+
+def header(opset: int, *extra: str) -> str:
+    imports = ", ".join([f'"" : {opset}', *extra])
+    return f"<ir_version: 7, opset_import: [{imports}]>"
+
+
+def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+    return {o.domain: o.version for o in model.opset_import}
+
+
+def _inputs_of(model: onnx.ModelProto, op: str) -> list[list[str]]:
+    return [list(n.input) for n in model.graph.node if n.op_type == op]
+
+
+def assert_converts(model, version, ops_after, feed_sets=None, notes=()) -> onnx.ModelProto:
+    """Convert; check opset, ops, counts, notes, checker (apply), outputs, numerics, and
+    that a second run says the graph is already there."""
+    pass_ = Opset(Opset.Options(version=version))
+    out, result = apply(pass_, model)
+    assert result.changed
+    before = _opsets(model)[""]
+    assert dict(result.counts) == {f"converted opset {before} to opset {version}": 1}
+    assert [(n.subject, n.reason) for n in result.notes] == list(notes)
+    assert _opsets(out)[""] == version
+    assert ops(out) == ops_after
+    assert output_types(out) == output_types(model)
+    for feeds in feed_sets or [feeds_for(model)]:
+        assert_same_outputs(model, out, feeds)
+    assert_idempotent(pass_, out)
+    return out
+
+
+SQUEEZE_SPLIT = header(11) + """
+g (float[1,3,1,4] x) => (float[3,2] y, float[3,2] z) <float[3,2] w = {1, 2, 3, 4, 5, 6}> {
+    s = Squeeze<axes=[0, 2]>(x)
+    a, b = Split<axis=1, split=[2, 2]>(s)
+    y = Add(a, w)
+    z = Mul(b, w)
+}"""
+
+
+def test_upgrade_moves_squeeze_axes_and_split_sizes_into_inputs():
+    out = assert_converts(parse(SQUEEZE_SPLIT), 17,
+                          ["Constant", "Constant", "Squeeze", "Split", "Add", "Mul"])
+    squeeze = next(n for n in out.graph.node if n.op_type == "Squeeze")
+    split = next(n for n in out.graph.node if n.op_type == "Split")
+    assert not squeeze.attribute and len(squeeze.input) == 2
+    assert [a.name for a in split.attribute] == ["axis"] and len(split.input) == 2
+    values = {n.output[0]: numpy_helper.to_array(n.attribute[0].t).tolist()
+              for n in out.graph.node if n.op_type == "Constant"}
+    assert values == {squeeze.input[1]: [0, 2], split.input[1]: [2, 2]}
+
+
+def test_upgrade_turns_upsample_into_resize():
+    model = parse(header(9) + """
+    g (float[1,2,3,3] x) => (float[1,2,6,6] y) <float[4] sc = {1, 1, 2, 2}> {
+        y = Upsample<mode="nearest">(x, sc)
+    }""")
+    out = assert_converts(model, 17, ["Constant", "Resize"])
+    assert _inputs_of(out, "Resize")[0][2] == "sc"
+
+
+def test_downgrade_the_converter_supports():
+    model = parse(header(13) + "g (float[2,4] x) => (float[2,4] y) { y = Softmax(x) }")
+    assert_converts(model, 12, ["Softmax"])
+
+
+def test_converts_inside_if_branches():
+    model = parse(header(11) + """
+    g (float[1,3,1,4] x, bool c) => (float[3,4] y) {
+        y = If(c) <then_branch = t () => (float[3,4] o) { o = Squeeze<axes=[0, 2]>(x) },
+                   else_branch = e () => (float[3,4] o2) { s = Squeeze<axes=[0, 2]>(x)
+                                                            o2 = Neg(s) }>
+    }""")
+    x = feeds_for(model)["x"]
+    feed_sets = [{"x": x, "c": np.array(c)} for c in (True, False)]
+    out = assert_converts(model, 17, ["If"], feed_sets)
+    branches = {a.name: [n.op_type for n in a.g.node] for a in out.graph.node[0].attribute}
+    assert branches == {"then_branch": ["Constant", "Squeeze"],
+                        "else_branch": ["Constant", "Squeeze", "Neg"]}
+
+
+def test_other_domains_are_left_with_a_note():
+    model = parse(header(11, '"com.microsoft" : 1') + """
+    g (float[2,3] x) => (float[2,3] y) {
+        s = com.microsoft.Gelu(x)
+        y = Relu(s)
+    }""")
+    note = ("com.microsoft", "its nodes are left as they are (Gelu x1): "
+                             "the converter changes only the default ONNX domain")
+    out = assert_converts(model, 17, ["Gelu", "Relu"], notes=[note])
+    assert _opsets(out) == {"": 17, "com.microsoft": 1}
+    assert out.graph.node[0].domain == "com.microsoft"
+
+
+# ----------------------------------------------------------------------------- large weights
+
+
+def _large_weight_model() -> onnx.ModelProto:
+    w = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    nodes = [helper.make_node("Unsqueeze", ["x"], ["u"], axes=[0], name="unsqueeze"),
+             helper.make_node("MatMul", ["u", "W"], ["y"], name="matmul")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 64])],
+        [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 7
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_large_weights_skip_the_converter_and_keep_their_objects():
+    model = _large_weight_model()
+    graph = to_graph(model)
+    weight = graph.tensors()["W"]
+    result = Opset().run(graph, PassContext())
+    assert result.changed and graph.opset == 17
+    assert graph.tensors()["W"] is weight
+    assert [t.name for t in graph.inputs] == ["x"]
+    assert_converts(model, 17, ["Constant", "Unsqueeze", "MatMul"])
+
+
+def test_conversion_through_the_manager_mutates_the_graph_it_holds():
+    model = _large_weight_model()
+    check = OutputCheck.prepare(model, resolve_shapes(graph_inputs(model)))
+    out, report = run_passes(model, [("opset{version=17}", Opset())], check, PassContext())
+    (record,) = report.passes
+    assert record.status == APPLIED and record.check.startswith("passed")
+    assert record.counts == {"converted opset 11 to opset 17": 1}
+    assert _opsets(out) == {"": 17}
+    assert ops(out) == ["Constant", "Unsqueeze", "MatMul"]
+    assert [i.name for i in out.graph.initializer] == ["W"]
+
+
+# ----------------------------------------------------------------------------- does not apply
+
+
+def test_already_at_the_version_is_a_noop_with_reason():
+    model = parse(header(17) + "g (float[2] x) => (float[2] y) { y = Relu(x) }")
+    assert_skips(Opset(), model, "graph", "it is already at opset 17")
+
+
+def test_converter_failure_names_the_op_and_quotes_the_converter():
+    pass_ = Opset(Opset.parse_options([("version", "9")]))
+    model = parse(SQUEEZE_SPLIT)
+    out, result = apply(pass_, model)
+    assert not result.changed and ops(out) == ops(model)
+    (note,) = result.notes
+    assert note.subject == "Squeeze 's'"
+    assert note.reason.startswith("onnx.version_converter cannot convert opset 11 to opset 9: ")
+    assert "Squeeze" in note.reason.split(": ", 1)[1]
+    assert_skips(pass_, model, note.subject, note.reason)
+
+
+@pytest.mark.parametrize("text", ["0", "1000"])
+def test_version_outside_what_onnx_knows_is_a_user_error(text):
+    with pytest.raises(GraphfixError, match="Pass 'opset' got version="):
+        Opset.parse_options([("version", text)])
