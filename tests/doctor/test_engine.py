@@ -83,3 +83,15 @@ def test_ssdlite_nms_inside_if_and_data_dependent_outputs_once(shared_model):
     per_rule_nodes = Counter((f.rule, n) for f in d.findings for n in f.nodes)
     assert max(per_rule_nodes.values()) == 1  # each node once per rule
     print(f"doctor on SSDlite: {elapsed:.2f} s")  # timings are recorded, never asserted
+
+
+def test_no_rule_fails_on_the_shared_models_for_any_documented_version(shared_model):
+    from graphfix.trt import documented_versions
+
+    names = ("ch_ppocr_mobile_v2.0_cls_infer.onnx", "digits_dev.onnx",
+             "mobilenet_v3_small_bn.onnx", "ssdlite320_mobilenet_v3_large.onnx")
+    for name in names:
+        loaded = onnx.load(shared_model(name))
+        for version in documented_versions():
+            d = diagnose(loaded, parse_target(version))
+            assert [f for f in d.findings if f.rule == "internal"] == [], (name, version)

@@ -19,6 +19,14 @@ def test_dynamic_batch_gets_a_trtexec_profile_line():
     assert "fix-shapes{x=1x3x224x224}" in f.fix
 
 
+def test_unknown_spatial_dims_are_left_to_fill_in():
+    m = model([helper.make_node("Relu", ["x"], ["y"], name="r")],
+              [vi("x", F, [-1, 3, "h", None])], [vi("y", F, [-1, 3, "h", None])])
+    f = one(m, "10.16", "dynamic-input", only=["dynamic-inputs"])
+    assert "x[d0,3,h,d3]" in f.message
+    assert "--minShapes=x:1x3x<h>x<d3>" in f.fix and "--maxShapes=x:8x3x<h>x<d3>" in f.fix
+
+
 def test_static_inputs_need_no_profile():
     m = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", F, [1, 3])], [vi("y", F, [1, 3])])
     assert findings(m, "10.16", only=["dynamic-inputs"]) == []

@@ -115,7 +115,7 @@ def dtype_support(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
             f"lists {op} for {listed} only",
             nodes=tuple(r.label for r in refs), tensors=tuple(
                 _typed_tensor(r) for r in refs), op=op, fact=fact,
-            fix=_dtype_fix(type_name),
+            fix=_dtype_fix(type_name, op),
         )
 
 
@@ -128,7 +128,10 @@ def _typed_tensor(ref: NodeRef) -> str:
     return ref.input(index)
 
 
-def _dtype_fix(type_name: str) -> str:
+def _dtype_fix(type_name: str, op: str) -> str:
+    if op == "DequantizeLinear" and type_name == "INT32":
+        return ("keep biases in float: store the dequantized bias as a float initializer "
+                "(TensorRT quantizes biases itself; graphfix calibrate puts no Q/DQ on bias)")
     if type_name == "INT64":
         return "int64-to-int32 (where the values fit), or Cast to INT32 before this node"
     if type_name in ("INT8", "UINT8"):

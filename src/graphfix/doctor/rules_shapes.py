@@ -19,7 +19,8 @@ _INT32 = np.iinfo(np.int32)
 
 def dynamic_inputs(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
     """`dynamic-input` (warn): graph inputs with symbolic or unknown dims need an
-    optimization profile; the trtexec flags to build one."""
+    optimization profile. The fix is a trtexec line to complete: a dynamic axis 0 (the
+    batch) gets 1/1/8, other dynamic dims their name in angle brackets (<height>, <d2>)."""
     dynamic = []
     for vi in view.graph_inputs:
         dims = _dims(vi)
@@ -27,31 +28,40 @@ def dynamic_inputs(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
             dynamic.append((vi.name, dims))
     if not dynamic:
         return
-    def flag(kind: str, fill: int) -> str:
-        return ",".join(f"{name}:" + "x".join(str(d) if isinstance(d, int) else str(fill)
-                                               for d in (dims or []))
-                        for name, dims in dynamic)
-    line = (f"trtexec --onnx=model.onnx --minShapes={flag('min', 1)} "
-            f"--optShapes={flag('opt', 1)} --maxShapes={flag('max', 8)}")
+
+    def shapes(batch: int) -> str:
+        return ",".join(f"{name}:{_template(dims, batch)}" for name, dims in dynamic)
+
+    line = (f"trtexec --onnx=model.onnx --minShapes={shapes(1)} --optShapes={shapes(1)} "
+            f"--maxShapes={shapes(8)}")
     names = ", ".join(f"{n}{_shape_text(d)}" for n, d in dynamic)
-    example = dynamic[0]
-    fixed = "x".join(str(d) if isinstance(d, int) else "1" for d in (example[1] or []))
+    name, dims = dynamic[0]
     yield Finding(
         "dynamic-input", WARN,
         f"dynamic input dimensions: {names}; the engine needs an optimization profile "
-        "(set the batch/size ranges below to what you will run)",
+        "(fill in the sizes you will run)",
         tensors=tuple(n for n, _ in dynamic),
         fact="TensorRT builds engines for explicit shape ranges (optimization profiles)",
-        fix=f"{line}   or fix them: fix-shapes{{{example[0]}={fixed or '...'}}}",
+        fix=f"{line}   or fix them: fix-shapes{{{name}={_template(dims, 1)}}}",
     )
 
 
+def _template(dims: list | None, batch: int) -> str:
+    if dims is None:
+        return "<shape>"
+    return "x".join(str(d) if isinstance(d, int) else (str(batch) if i == 0 else f"<{d}>")
+                    for i, d in enumerate(dims))
+
+
 def _dims(vi) -> list | None:
+    """The declared dims: numbers, names for symbolic dims, d<i> for unknown ones
+    (no value, or a negative value as some exporters write)."""
     tt = vi.type.tensor_type
     if not tt.HasField("shape"):
         return None
-    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-            for d in tt.shape.dim]
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0
+            else (d.dim_param if d.dim_param not in ("", "?") else f"d{i}")
+            for i, d in enumerate(tt.shape.dim)]
 
 
 def _shape_text(dims: list | None) -> str:
