@@ -52,11 +52,9 @@ def user_errors(ctx: typer.Context) -> Iterator[None]:
 
 
 def shown_records(report: Report) -> list[PassRecord]:
-    """The passes the table shows: all of them, or, when a preset ran (tens of passes),
-    those that changed the graph or were rolled back; the rest get one summary line."""
-    if not any(rec.preset for rec in report.passes):
-        return list(report.passes)
-    return [rec for rec in report.passes if rec.status != UNCHANGED]
+    """The passes the table shows: all of them, except the runs of a preset's passes that
+    changed nothing (a preset runs tens of passes); those get one summary line."""
+    return [rec for rec in report.passes if not (rec.preset and rec.status == UNCHANGED)]
 
 
 def pass_table(report: Report) -> Table:
