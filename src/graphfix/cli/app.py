@@ -7,6 +7,7 @@ import traceback
 
 import typer
 
+from graphfix.cli.calibrate import calibrate_command
 from graphfix.cli.common import EXIT_INTERNAL, Settings
 from graphfix.cli.demo import demo_command
 from graphfix.cli.doctor import doctor_command
@@ -45,6 +46,7 @@ app.command("run")(run_command)
 app.command("passes")(passes_command)
 app.command("demo")(demo_command)
 app.command("doctor")(doctor_command)
+app.command("calibrate")(calibrate_command)
 
 
 def main() -> None:

@@ -1,0 +1,202 @@
+"""What `graphfix calibrate` does between reading its options and printing: data and
+evaluation sets, the run, the files written, the summary. The CLI stays thin; this
+module never prints."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from graphfix.calibration import cache as cache_format
+from graphfix.calibration import qdq
+from graphfix.calibration.data import CalibrationData, Preprocess, open_data
+from graphfix.calibration.runner import METHODS, CalibrationResult, calibrate, prepare
+from graphfix.errors import GraphfixError
+
+DEFAULT_CACHE_TRT = "10.16"  # the newest documented TensorRT with implicit INT8 calibration
+_BYTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]i?B?|B)?\s*$", re.IGNORECASE)
+
+
+@dataclass
+class Options:
+    method: str = "entropy"
+    percentile: float = 99.99
+    per_tensor: bool = False
+    exclude_nodes: list[str] = field(default_factory=list)
+    exclude_op_types: list[str] = field(default_factory=list)
+    bins: int = 2048
+    memory_budget: int | None = None
+    trt: str | None = None
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return METHODS if self.method == "all" else (self.method,)
+
+
+@dataclass
+class Loaded:
+    calib: CalibrationData
+    eval: CalibrationData | None
+    labels: np.ndarray | None
+    notes: list[str] = field(default_factory=list)
+
+
+def parse_bytes(text: str) -> int:
+    """'512MB', '2GB', '1.5GiB', '1000000' -> bytes (K/M/G are powers of 1024)."""
+    match = _BYTES.match(text)
+    if not match:
+        raise GraphfixError(f"--memory-budget {text!r} is not a size",
+                            "it bounds the activation bytes one onnxruntime run exposes",
+                            "write it like 512MB or 2GB")
+    unit = (match.group(2) or "B").upper()[0]
+    return int(float(match.group(1)) * {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[unit])
+
+
+def load_data(model, data, data_key, preprocess, loader_script, max_samples, batch_size,
+              eval_split, eval_data, eval_key, labels_key, evaluate) -> Loaded:
+    """The calibration set, the held-apart evaluation set (--eval-split or --eval-data;
+    10% of --data when an evaluation is wanted and neither is given), and labels."""
+    spec = Preprocess.parse(preprocess) if preprocess else None
+    calib = open_data(data, model, data_key=data_key, preprocess=spec,
+                      loader_script=loader_script, max_samples=max_samples,
+                      batch_size=batch_size)
+    notes: list[str] = []
+    held: CalibrationData | None = None
+    if eval_data is not None:
+        images = spec if spec is not None and Path(eval_data).is_dir() else None
+        held = open_data(eval_data, model, data_key=eval_key, preprocess=images,
+                         batch_size=batch_size)
+    elif eval_split or evaluate:
+        count = eval_split or max(1, calib.num_samples // 10)
+        if count >= calib.num_samples:
+            raise GraphfixError(
+                f"--eval-split {count} leaves no calibration samples",
+                f"--data has {calib.num_samples} samples",
+                "hold apart fewer samples, or give --eval-data",
+            )
+        calib, held = calib.split(count)
+        notes.append(f"the last {count} samples are held apart for the comparison")
+    labels = None
+    if labels_key:
+        labels = _labels(eval_data or data, labels_key, held)
+    return Loaded(calib, held, labels, notes)
+
+
+def _labels(path, key: str, held: CalibrationData | None) -> np.ndarray:
+    path = Path(path) if path is not None else None
+    if path is None or path.suffix != ".npz":
+        raise GraphfixError("--labels needs an .npz", f"labels are read as {path}[{key!r}]",
+                            "give --eval-data FILE.npz holding the labels array")
+    with np.load(path, allow_pickle=False) as archive:
+        if key not in archive.files:
+            raise GraphfixError(f"no array {key!r} in {path}",
+                                f"it has {', '.join(archive.files)}", "pick one of those")
+        labels = archive[key]
+    if held is not None and len(labels) > held.num_samples:
+        labels = labels[-held.num_samples:]  # the held-apart tail of --data
+    return labels
+
+
+def run(model: onnx.ModelProto, loaded: Loaded, options: Options, progress=None,
+        for_cache: bool = False) -> CalibrationResult:
+    result = calibrate(
+        model, loaded.calib, options.methods, eval_data=loaded.eval, labels=loaded.labels,
+        exclude_nodes=options.exclude_nodes, exclude_op_types=options.exclude_op_types,
+        per_tensor=options.per_tensor, percentile=options.percentile, bins=options.bins,
+        memory_budget=options.memory_budget, progress=progress, every_tensor=for_cache,
+    )
+    result.notes[:0] = loaded.notes
+    return result
+
+
+def write_outputs(result: CalibrationResult, out: Path, model_path: Path, cache: Path | None,
+                  ranges: Path | None, options: Options) -> list[str]:
+    from graphfix import io
+
+    chosen = result.outcome()
+    io.save(chosen.model, out, input_path=model_path)
+    written = [f"{out} ({chosen.method})"]
+    if cache is not None:
+        version = _cache_trt(options.trt)
+        algorithm = cache_format.header_algorithm(chosen.method.split("+")[0])
+        text = cache_format.write_cache(chosen.amaxes, algorithm=algorithm,
+                                        trt_version=version)
+        io.write_text_atomic(cache, text)
+        written.append(f"{cache} (TensorRT {version} cache, {algorithm})")
+    if ranges is not None:
+        import json
+
+        io.write_text_atomic(ranges, json.dumps(result.ranges_json(), indent=2) + "\n")
+        written.append(str(ranges))
+    result.notes.extend(_doctor_notes(chosen.model, options.trt))
+    return written
+
+
+def _cache_trt(text: str | None) -> str:
+    from graphfix.trt import installed_tensorrt_version, parse_target
+
+    version = text or installed_tensorrt_version() or DEFAULT_CACHE_TRT
+    target = parse_target(version)
+    if target.at_least("11.0"):
+        raise GraphfixError(
+            f"no calibration cache for TensorRT {target.effective}",
+            "TensorRT 11 removed implicit INT8 calibration: it reads quantization only "
+            "as Q/DQ in the ONNX model, which graphfix calibrate writes anyway",
+            "drop --cache, or give --trt 10.x for a TensorRT 10 (or older) cache",
+        )
+    parts = (target.effective.split(".") + ["0", "0"])[:3]
+    return ".".join(parts)
+
+
+def _doctor_notes(model: onnx.ModelProto, trt: str | None) -> list[str]:
+    from graphfix.doctor import diagnose
+    from graphfix.trt import parse_target
+
+    target = parse_target(trt)
+    findings = diagnose(model, target, only=["qdq"]).findings
+    if not findings:
+        return [f"graphfix doctor: no Q/DQ findings for {target.label()}"]
+    return [f"graphfix doctor ({target.label()}): {f.severity} {f.rule}: {f.message}"
+            for f in findings]
+
+
+def quantize_from_cache(model: onnx.ModelProto, path: Path, options: Options) -> onnx.ModelProto:
+    """A Q/DQ model from a TensorRT calibration cache: amax = scale * 127 per tensor."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise GraphfixError(f"cannot read the calibration cache {path}", str(err),
+                            "give the path of a TensorRT calibration cache (a text file)"
+                            ) from None
+    amaxes = cache_format.cache_amaxes(text)
+    fp32, _ = prepare(model)
+    plan = qdq.plan(fp32, exclude_nodes=options.exclude_nodes,
+                    exclude_op_types=options.exclude_op_types)
+    missing = [t for t in plan.activations if t not in amaxes]
+    if missing:
+        raise GraphfixError(
+            f"the cache has no range for {len(missing)} of the {len(plan.activations)} "
+            f"tensors to quantize (e.g. {', '.join(missing[:3])})",
+            "a cache holds the tensors of the model it was made for, under TensorRT's names",
+            "use the cache made for this model (same ONNX export), or calibrate with --data",
+        )
+    return qdq.quantize(fp32, plan, amaxes)
+
+
+def summary(result: CalibrationResult, loaded: Loaded, written: list[str]) -> dict[str, Any]:
+    return {
+        "schema": "graphfix.calibrate/1",
+        "data": loaded.calib.describe() + (f"; evaluated on {loaded.eval.describe()}"
+                                           if loaded.eval is not None else ""),
+        "tensors": len(result.stats),
+        "stats_seconds": round(result.stats_seconds, 3),
+        "methods": [o.summary() for o in result.outcomes],
+        "recommended": result.recommended,
+        "notes": result.notes,
+        "written": written,
+    }

@@ -1,0 +1,129 @@
+"""`graphfix calibrate`: INT8 calibration to a Q/DQ model TensorRT accepts, and the cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from graphfix.cli.common import console, user_errors
+from graphfix.errors import GraphfixError
+
+METHOD_HELP = ("entropy (TensorRT's KL search), minmax, percentile, mse, or all (every "
+               "method from one statistics pass, compared on held-apart samples)")
+
+
+def calibrate_command(
+    ctx: typer.Context,
+    model: Path = typer.Argument(..., help="The FP32 ONNX model (never modified)."),
+    data: Path = typer.Option(None, "--data", help="Calibration data: a folder of .npy/.npz "
+                              "files or images, or one .npz with a leading batch axis."),
+    data_key: str = typer.Option(None, "--data-key", help="The array to use in a single .npz."),
+    preprocess: str = typer.Option(None, "--preprocess", help="For image folders: e.g. "
+                                   "resize=224,layout=NCHW,scale=1/255,mean=0.485/0.456/"
+                                   "0.406,std=0.229/0.224/0.225,bgr"),
+    loader_script: str = typer.Option(None, "--data-loader-script", help="file.py:func, a "
+                                      "generator of feed dicts (this runs the script)."),
+    max_samples: int = typer.Option(None, "--max-samples", min=1),
+    batch_size: int = typer.Option(1, "--batch-size", min=1,
+                                   help="Samples per onnxruntime run (results do not depend "
+                                   "on it)."),
+    method: str = typer.Option("entropy", "--method", help=METHOD_HELP),
+    percentile: float = typer.Option(99.99, "--percentile", help="p for --method percentile."),
+    per_tensor: bool = typer.Option(False, "--per-tensor", help="Pick the best method per "
+                                    "tensor by simulated quantization error."),
+    output: Path = typer.Option(None, "-o", "--output", help="The Q/DQ model "
+                                "[default: MODEL.int8.onnx beside the input]."),
+    cache: Path = typer.Option(None, "--cache", help="Also write the legacy TensorRT "
+                               "calibration cache (TensorRT <= 10)."),
+    ranges: Path = typer.Option(None, "--ranges", help="Write per-tensor ranges as JSON."),
+    from_cache: Path = typer.Option(None, "--from-cache", help="Turn an existing TensorRT "
+                                    "calibration cache into a Q/DQ model (no data needed)."),
+    trt: str = typer.Option(None, "--trt", help="TensorRT version for the cache header and "
+                            "the doctor check of the output (default: installed, else 10.16)."),
+    evaluate: bool = typer.Option(False, "--eval", help="Compare each Q/DQ model with FP32."),
+    eval_split: int = typer.Option(None, "--eval-split", min=1, help="Hold the last N "
+                                   "samples of --data apart for the comparison."),
+    eval_data: Path = typer.Option(None, "--eval-data", help="Separate comparison data."),
+    eval_key: str = typer.Option(None, "--eval-key", help="The array in --eval-data."),
+    labels: str = typer.Option(None, "--labels", help="Key of the labels array (in "
+                               "--eval-data, else --data) for accuracy."),
+    exclude_nodes: str = typer.Option("", "--exclude-nodes", help="Node names kept in float."),
+    exclude_op_types: str = typer.Option("", "--exclude-op-types",
+                                         help="Op types kept in float (e.g. Gemm,Add)."),
+    bins: int = typer.Option(2048, "--bins", min=128),
+    memory_budget: str = typer.Option(None, "--memory-budget", help="Activation memory one "
+                                      "onnxruntime run may expose, e.g. 512MB, 2GB."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Calibrate MODEL for INT8 and write a Q/DQ model TensorRT accepts."""
+    from graphfix import io
+    from graphfix.calibration import session
+
+    with user_errors(ctx):
+        out = output or model.with_name(f"{model.stem}.int8.onnx")
+        io.check_output_path(out, input_path=model)
+        source = io.load(model)
+        options = session.Options(
+            method=method, percentile=percentile, per_tensor=per_tensor,
+            exclude_nodes=_names(exclude_nodes), exclude_op_types=_names(exclude_op_types),
+            bins=bins, memory_budget=session.parse_bytes(memory_budget) if memory_budget
+            else None, trt=trt,
+        )
+        if from_cache is not None:
+            written = session.quantize_from_cache(source, from_cache, options)
+            io.save(written, out, input_path=model)
+            console.print(f"wrote {out} from {from_cache}", markup=False)
+            return
+        if data is None and loader_script is None:
+            raise GraphfixError("no calibration data", "calibration needs sample inputs",
+                                "give --data PATH (or --data-loader-script, or --from-cache)")
+        loaded = session.load_data(source, data, data_key, preprocess, loader_script,
+                                   max_samples, batch_size, eval_split, eval_data, eval_key,
+                                   labels, evaluate or method == "all")
+        with console.status("calibrating", spinner="dots") as status:
+            result = session.run(source, loaded, options, for_cache=cache is not None,
+                                 progress=lambda what, i, n: status.update(
+                                     f"{what}: {i}/{n}"))
+        written = session.write_outputs(result, out, model, cache, ranges, options)
+    summary = session.summary(result, loaded, written)
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    _print(summary)
+
+
+def _names(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _print(summary: dict) -> None:
+    console.print(summary["data"], markup=False)
+    table = Table(title="calibration methods", title_justify="left")
+    for col in ("method", "SQNR dB", "top-1 agreement", "accuracy", "time"):
+        table.add_column(col, justify="right" if col != "method" else "left")
+    for row in summary["methods"]:
+        acc = row.get("accuracy")
+        ref = row.get("reference_accuracy")
+        table.add_row(
+            row["method"] + (" *" if row["method"] == summary["recommended"] else ""),
+            _fmt(row.get("sqnr_db"), "{:.1f}"), _fmt(row.get("top1_agreement"), "{:.1%}"),
+            f"{acc:.1%} (fp32 {ref:.1%})" if acc is not None else "-",
+            f"{row['seconds']:.2f} s",
+        )
+    console.print(table)
+    console.print(f"statistics: {summary['tensors']} tensors, {summary['stats_seconds']:.2f} s; "
+                  f"recommended (*): {summary['recommended']}", markup=False)
+    for note in summary["notes"]:
+        console.print(f"note: {note}", markup=False)
+    for path in summary["written"]:
+        console.print(f"wrote {path}", markup=False)
+
+
+def _fmt(value, spec: str) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "-"
+    return spec.format(value)

@@ -1,0 +1,75 @@
+"""`graphfix calibrate` from the command line on digits_dev: outputs, cache, ranges,
+--from-cache, errors."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+from graphfix.calibration.cache import read_cache
+from graphfix.cli.app import app
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def digits(shared_model, tmp_path):
+    model = tmp_path / "digits.onnx"
+    model.write_bytes(shared_model("digits_dev.onnx").read_bytes())
+    return model, shared_model("digits_dev_data.npz")
+
+
+def test_method_all_compares_and_writes_everything(digits, tmp_path):
+    model, data = digits
+    before = model.read_bytes()
+    out, cache, ranges = tmp_path / "q.onnx", tmp_path / "c.cache", tmp_path / "r.json"
+    result = runner.invoke(app, [
+        "calibrate", str(model), "--data", str(data), "--data-key", "calib",
+        "--batch-size", "50", "--method", "all", "--eval-data", str(data),
+        "--eval-key", "test", "--labels", "test_labels", "-o", str(out),
+        "--cache", str(cache), "--trt", "8.6", "--ranges", str(ranges), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert [m["method"] for m in summary["methods"]] == ["entropy", "minmax", "percentile",
+                                                         "mse"]
+    assert all(m["accuracy"] is not None for m in summary["methods"])
+    assert model.read_bytes() == before
+    onnx.checker.check_model(onnx.load(out), full_check=True)
+    header, scales = read_cache(cache.read_text())
+    assert header.startswith("TRT-8600-") and scales
+    assert json.loads(ranges.read_text())["schema"] == "graphfix.ranges/1"
+    back = tmp_path / "back.onnx"
+    again = runner.invoke(app, ["calibrate", str(model), "--from-cache", str(cache),
+                                "-o", str(back)])
+    assert again.exit_code == 0, again.output
+    onnx.checker.check_model(onnx.load(back), full_check=True)
+
+
+def test_table_output_names_the_recommendation(digits, tmp_path):
+    model, data = digits
+    result = runner.invoke(app, [
+        "calibrate", str(model), "--data", str(data), "--data-key", "calib",
+        "--max-samples", "40", "--batch-size", "20", "--method", "minmax", "--eval",
+        "-o", str(tmp_path / "q.onnx")])
+    assert result.exit_code == 0, result.output
+    assert "recommended (*): minmax" in result.stdout
+    assert "held apart" in result.stdout
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    (["--method", "kl"], "unknown calibration method"),
+    ([], "no calibration data"),
+    (["--cache", "x.cache", "--trt", "11.1"], "TensorRT 11 removed implicit INT8"),
+    (["--memory-budget", "lots"], "--memory-budget"),
+])
+def test_user_errors_exit_2(digits, tmp_path, args, text):
+    model, data = digits
+    data_args = [] if args == [] else ["--data", str(data), "--data-key", "calib",
+                                       "--max-samples", "8"]
+    result = runner.invoke(app, ["calibrate", str(model), *data_args, *args,
+                                 "-o", str(tmp_path / "q.onnx")])
+    assert result.exit_code == 2, result.output
+    assert text in result.stderr
