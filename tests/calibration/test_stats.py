@@ -224,3 +224,13 @@ def test_num_samples_of_the_data_is_the_total():
                                   {"x": np.ones((3, 8), np.float32)}]),
               progress=lambda *a: calls.append(a))
     assert calls[-1][1:] == (5, 5)
+
+
+def test_range_only_collection_skips_the_histogram_pass(residual):
+    model, tensors, x = residual
+    full = S.collect(model, tensors, _batches(x, 4))
+    ranges = S.collect(model, tensors, _batches(x, 4), histograms=False)
+    assert ranges.passes == full.passes // 2
+    for name in full:
+        assert (ranges[name].min, ranges[name].amax) == (full[name].min, full[name].amax)
+        assert not ranges[name].hist.any()

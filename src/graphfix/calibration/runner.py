@@ -121,10 +121,13 @@ def calibrate(
                                                       for o in n.output if o]
         tensors += [t for t in dict.fromkeys(named) if t not in set(tensors)]
     start = time.perf_counter()
-    collected = stats.collect(fp32, tensors, data, bins=bins,
+    histograms = per_tensor or any(m != "minmax" for m in methods)
+    collected = stats.collect(fp32, tensors, data, bins=bins, histograms=histograms,
                               memory_budget=memory_budget, providers=providers,
                               progress=progress)
     stats_seconds = time.perf_counter() - start
+    notes += [collected.summary(), *collected.notes]
+    notes += [f"not quantized: {where}: {why}" for where, why in plan.skipped]
     outcomes = []
     for method in methods:
         t0 = time.perf_counter()

@@ -338,6 +338,7 @@ def collect(
     memory_budget: int | None = None,
     providers: Sequence[str] = ("cpu",),
     progress: Progress | None = None,
+    histograms: bool = True,
 ) -> Collected:
     """Statistics of `tensors` over every batch of `data` (re-iterated once per pass).
 
@@ -346,6 +347,8 @@ def collect(
     `phase` reads "pass 2/4: histogram (12 tensors)", done/total count samples
     (total is 0 when `data` cannot tell its size). See the module docstring for
     the method; the result holds only float tensors, `.skipped` the others.
+    `histograms=False` skips pass 2 (minmax needs only the range): every `hist`
+    is then all zeros.
     """
     if bins < 1:
         raise ValueError("bins must be positive")
@@ -362,7 +365,8 @@ def collect(
     result.chunks, result.notes = _chunk(keep, sizes, memory_budget)
     inputs = {vi.name for vi in model.graph.input} & set(first)
     total = _total_samples(data)
-    npasses = 2 * len(result.chunks)
+    per_chunk = 2 if histograms else 1
+    npasses = per_chunk * len(result.chunks)
     for c, chunk in enumerate(result.chunks):
         accs = {t: _Acc() for t in chunk}
         session = None
@@ -371,10 +375,11 @@ def collect(
             session = make_session(_exposed(model, exposed, info), providers)
         run = _Run(session, [t for t in chunk if t in inputs], exposed, data, total, progress)
         label = _plural(len(chunk), "tensor")
-        result.samples = run.run(f"pass {2 * c + 1}/{npasses}: range ({label})",
+        result.samples = run.run(f"pass {per_chunk * c + 1}/{npasses}: range ({label})",
                                  lambda n, a, accs=accs: accs[n].add_range(a))
-        run.run(f"pass {2 * c + 2}/{npasses}: histogram ({label})",
-                lambda n, a, accs=accs: accs[n].add_hist(a, bins))
+        if histograms:
+            run.run(f"pass {2 * c + 2}/{npasses}: histogram ({label})",
+                    lambda n, a, accs=accs: accs[n].add_hist(a, bins))
         del run, session
         for t in chunk:
             result[t] = accs[t].result(t, bins)

@@ -86,14 +86,31 @@ def calibrate_command(
                                    labels, evaluate or method == "all")
         with console.status("calibrating", spinner="dots") as status:
             result = session.run(source, loaded, options, for_cache=cache is not None,
-                                 progress=lambda what, i, n: status.update(
-                                     f"{what}: {i}/{n}"))
+                                 progress=_Progress(status))
         written = session.write_outputs(result, out, model, cache, ranges, options)
     summary = session.summary(result, loaded, written)
     if as_json:
         print(json.dumps(summary, indent=2))
         return
     _print(summary)
+
+
+class _Progress:
+    """The status line: phase, samples done of total, and the phase's ETA."""
+
+    def __init__(self, status) -> None:
+        self.status, self.phase, self.start = status, "", 0.0
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        import time
+
+        now = time.perf_counter()
+        if phase != self.phase:
+            self.phase, self.start = phase, now
+        eta = ""
+        if total and 0 < done < total:
+            eta = f", about {(now - self.start) / done * (total - done):.0f} s left"
+        self.status.update(f"{phase}: {done}/{total or '?'} samples{eta}")
 
 
 def _names(text: str) -> list[str]:
