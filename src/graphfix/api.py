@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from graphfix import io
+from graphfix import io, provenance
 from graphfix.check.inputs import DEFAULT_SEED, graph_inputs, resolve_shapes
 from graphfix.check.outputs import OutputCheck
 from graphfix.errors import GraphfixError
@@ -85,4 +85,6 @@ def run(
     result_model, report = run_pipeline(
         source, pipeline, output_check, ctx, on_pass_start, on_pass_done
     )
+    if result_model is not source and (report.renamed or report.removed):
+        provenance.attach(result_model, report.renamed, report.removed)
     return Result(result_model, report)

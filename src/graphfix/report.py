@@ -62,6 +62,7 @@ class Report:
     check: CheckInfo
     verify_notes: list[str] = field(default_factory=list)
     renamed: dict[str, str] = field(default_factory=dict)
+    removed: dict[str, str] = field(default_factory=dict)  # tensor -> pass that removed it
     rounds: dict[str, int] = field(default_factory=dict)
     explain: dict[str, Any] = field(default_factory=dict)
     doctor: dict[str, Any] = field(default_factory=dict)  # graphfix.doctor/1, with --trt

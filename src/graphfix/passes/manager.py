@@ -28,6 +28,7 @@ import onnx_graphsurgeon as gs
 from graphfix.check.outputs import OutputCheck
 from graphfix.errors import GraphfixError
 from graphfix.graph import count_nodes, fingerprint, to_graph, to_model
+from graphfix.graph.protos import graph_protos
 from graphfix.graph.shapes import apply_inferred
 from graphfix.graph.skeleton import skeleton
 from graphfix.passes.base import Pass, PassContext
@@ -146,6 +147,7 @@ class _Runner:
         self.state.annotate(self.verifier.inferred)
         self.records: list[PassRecord] = []
         self.rounds_run: dict[str, int] = {}
+        self.removed: dict[str, str] = {}  # tensor -> the pass whose rewrite removed it
         self.notes: list[str] = list(self.verifier.notes)
 
     def step(self, spec: str, pass_: Pass, preset: str = "", round_: int = 0) -> PassRecord:
@@ -153,8 +155,13 @@ class _Runner:
         if self.on_pass_start:
             self.on_pass_start(index, spec)
         ran_before = [r.spec for r in self.records]
+        before = self.state.last_good
         record = _run_one(index, spec, pass_, self.state, self.ctx, self.verifier,
                           self.output_check, ran_before)
+        if record.status == APPLIED:
+            gone = tensor_names(before) - tensor_names(self.state.last_good)
+            for name in sorted(gone - set(self.ctx.renamed)):
+                self.removed.setdefault(name, spec)
         record.preset, record.round = preset, round_
         self.records.append(record)
         if self.on_pass_done:
@@ -188,6 +195,7 @@ class _Runner:
             ),
             verify_notes=self.notes,
             renamed=dict(self.ctx.renamed),
+            removed=dict(self.removed),
             rounds=dict(self.rounds_run),
             seconds=time.perf_counter() - self.start,
         )
@@ -267,6 +275,15 @@ def _run_one(index, spec, pass_: Pass, state: _State, ctx, verifier, output_chec
     record.nodes_after = count_nodes(graph)
     record.seconds = time.perf_counter() - t0
     return record
+
+
+def tensor_names(model: onnx.ModelProto) -> set[str]:
+    """Every graph input and node output name, subgraphs included."""
+    names: set[str] = set()
+    for g in graph_protos(model.graph):
+        names.update(i.name for i in g.input)
+        names.update(o for n in g.node for o in n.output if o)
+    return names
 
 
 def _rolled_back(record: PassRecord, reason: str, state: _State, t0: float) -> PassRecord:
