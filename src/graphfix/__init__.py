@@ -2,20 +2,24 @@
 
 Verified graph rewrites (`run`), with every pass checked numerically against
 the original model in onnxruntime.
+
+The names below are imported on first use (PEP 562), so `import graphfix` and the
+command line start fast: onnx-graphsurgeon and the passes load only when needed.
 """
 
-from importlib import metadata as _metadata
+from importlib import import_module as _import_module
 
-from graphfix.api import Result, run
 from graphfix.errors import GraphfixError, InternalError
-from graphfix.io import load, save
-from graphfix.passes.registry import DEFAULT_PIPELINE, PASSES
-from graphfix.report import Report
 
-try:
-    __version__ = _metadata.version("graphfix")
-except _metadata.PackageNotFoundError:  # running from a source tree
-    __version__ = "0.0.0"
+_LAZY = {
+    "Result": "graphfix.api",
+    "run": "graphfix.api",
+    "load": "graphfix.io",
+    "save": "graphfix.io",
+    "DEFAULT_PIPELINE": "graphfix.passes.registry",
+    "PASSES": "graphfix.passes.registry",
+    "Report": "graphfix.report",
+}
 
 __all__ = [
     "DEFAULT_PIPELINE",
@@ -29,3 +33,27 @@ __all__ = [
     "run",
     "save",
 ]
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("graphfix")
+    except metadata.PackageNotFoundError:  # running from a source tree
+        return "0.0.0"
+
+
+def __getattr__(name: str):
+    if name == "__version__":
+        globals()[name] = value = _version()
+        return value
+    if name in _LAZY:
+        value = getattr(_import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'graphfix' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from graphfix import provenance
 from graphfix.calibration import algorithms, qdq, stats
 from graphfix.calibration.evaluate import Agreement, compare
 from graphfix.errors import GraphfixError
@@ -139,6 +140,7 @@ def calibrate(
             amaxes = {name: value for name, (_, value) in best.items()}
             chosen = {name: how for name, (how, _) in best.items()}
         quantized = qdq.quantize(fp32, plan, amaxes)
+        provenance.attach(quantized, *provenance.read(fp32))  # fold-bn's merges, for check
         outcomes.append(MethodOutcome(method if not per_tensor else f"{method}+per-tensor",
                                       amaxes, quantized, time.perf_counter() - t0,
                                       chosen_by_tensor=chosen))

@@ -158,7 +158,9 @@ class _Acc:
         )
 
 
-def _infer(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, tuple[int, list]]:
+def infer_tensor_info(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray]
+) -> dict[str, tuple[int, list]]:
     """name -> (ONNX elem type, dims) from shape inference on the weightless
     skeleton with the graph inputs fixed to the shapes of `feeds`."""
     sk = skeleton(model)
@@ -204,7 +206,7 @@ def activation_bytes(
     assumed as large as the largest known tensor of the model, or, when none is
     known, as the whole batch: a conservative guess for chunking.
     """
-    info = _infer(model, data_first_batch)
+    info = infer_tensor_info(model, data_first_batch)
     sizes = {name: _bytes(et, dims) for name, (et, dims) in info.items()}
     for name, arr in data_first_batch.items():
         sizes[name] = int(np.asarray(arr).nbytes)
@@ -249,7 +251,7 @@ def _classify(model, tensors, info, fed) -> tuple[list[str], dict[str, str]]:
     return keep, skipped
 
 
-def _chunk(tensors, sizes, budget) -> tuple[list[list[str]], list[str]]:
+def chunk_tensors(tensors, sizes, budget) -> tuple[list[list[str]], list[str]]:
     """Greedy chunks (in the given order) whose summed sizes fit `budget`."""
     if budget is None:
         return ([list(tensors)] if tensors else []), []
@@ -357,12 +359,12 @@ def collect(
     if first is None:
         raise GraphfixError("The calibration data is empty", "there is no batch to run",
                             "point --data at a folder or file with at least one sample")
-    info = _infer(model, dict(first))
+    info = infer_tensor_info(model, dict(first))
     keep, skipped = _classify(model, tensors, info, set(first))
     result = Collected()
     result.skipped = skipped
     sizes = activation_bytes(model, keep, dict(first))
-    result.chunks, result.notes = _chunk(keep, sizes, memory_budget)
+    result.chunks, result.notes = chunk_tensors(keep, sizes, memory_budget)
     inputs = {vi.name for vi in model.graph.input} & set(first)
     total = _total_samples(data)
     per_chunk = 2 if histograms else 1

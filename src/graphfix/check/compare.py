@@ -31,15 +31,21 @@ class OutputDiff:
 
 
 def compare_outputs(
-    reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray]
+    reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray],
+    float_tolerance: Tolerance | None = None,
 ) -> list[OutputDiff]:
-    """Compare every reference output with the candidate's output of the same name."""
-    return [_compare_one(name, ref, candidate.get(name)) for name, ref in reference.items()]
+    """Compare every reference output with the candidate's output of the same name.
+    `float_tolerance` replaces the per-dtype tolerance of float tensors (--atol/--rtol)."""
+    return [_compare_one(name, ref, candidate.get(name), float_tolerance)
+            for name, ref in reference.items()]
 
 
-def _compare_one(name: str, ref: np.ndarray, cand: np.ndarray | None) -> OutputDiff:
+def _compare_one(name: str, ref: np.ndarray, cand: np.ndarray | None,
+                 float_tolerance: Tolerance | None = None) -> OutputDiff:
     ref = np.asarray(ref)
     tol = tolerance_for(ref.dtype)
+    if float_tolerance is not None and ref.dtype.kind == "f":
+        tol = float_tolerance
     if cand is None:
         return OutputDiff(name, False, np.inf, np.inf, tol, "missing from the rewritten model")
     cand = np.asarray(cand)

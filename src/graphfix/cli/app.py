@@ -8,6 +8,7 @@ import traceback
 import typer
 
 from graphfix.cli.calibrate import calibrate_command
+from graphfix.cli.check import check_command
 from graphfix.cli.common import EXIT_INTERNAL, Settings
 from graphfix.cli.demo import demo_command
 from graphfix.cli.doctor import doctor_command
@@ -47,6 +48,7 @@ app.command("passes")(passes_command)
 app.command("demo")(demo_command)
 app.command("doctor")(doctor_command)
 app.command("calibrate")(calibrate_command)
+app.command("check")(check_command)
 
 
 def main() -> None:

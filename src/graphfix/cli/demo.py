@@ -7,9 +7,8 @@ from pathlib import Path
 
 import typer
 
-from graphfix import api, io, samples
 from graphfix.cli.common import console, print_report, user_errors
-from graphfix.passes.registry import DEFAULT_PIPELINE
+from graphfix.passes.defaults import DEFAULT_PIPELINE
 
 
 def demo_command(
@@ -20,6 +19,8 @@ def demo_command(
     ),
 ) -> None:
     """Build a sample Conv-BN-ReLU network, run the default pipeline with checks, show the table."""
+    from graphfix import api, io, samples
+
     with user_errors(ctx):
         out_dir = out_dir or Path(tempfile.mkdtemp(prefix="graphfix-demo-"))
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from graphfix.cli.common import EXIT_FAILED, console, user_errors
-from graphfix.doctor import Diagnosis, diagnose
-from graphfix.doctor.findings import SEVERITIES
+from graphfix.doctor.findings import SEVERITIES, Diagnosis
 from graphfix.errors import GraphfixError
 
 _STYLE = {"error": "red", "warn": "yellow", "info": "dim"}
@@ -46,6 +45,7 @@ def doctor_command(
                 "doctor exits 1 when a finding at or above that severity exists",
                 f"use one of: {', '.join(FAIL_ON)}",
             )
+        from graphfix.doctor import diagnose
         from graphfix.io import load
         from graphfix.trt import parse_target
 

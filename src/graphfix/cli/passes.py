@@ -10,11 +10,9 @@ import typer
 from rich.table import Table
 
 from graphfix.cli.common import console
-from graphfix.passes.base import Pass
-from graphfix.passes.registry import DEFAULT_PIPELINE, PASSES, PRESETS
 
 
-def describe(cls: type[Pass]) -> dict[str, Any]:
+def describe(cls) -> dict[str, Any]:
     """A pass as data: name, summary, options (name, type, default) or their syntax."""
     syntax = getattr(cls, "option_syntax", None)
     options = [] if syntax else [
@@ -33,6 +31,8 @@ def passes_command(
     as_json: bool = typer.Option(False, "--json", help="Print the passes as JSON."),
 ) -> None:
     """List every pass and preset with its summary and options."""
+    from graphfix.passes.registry import DEFAULT_PIPELINE, PASSES, PRESETS
+
     described = [describe(cls) for cls in PASSES]
     presets = [{"name": p.name, "summary": p.summary, "passes": list(p.passes),
                 "max_rounds": p.max_rounds} for p in PRESETS]

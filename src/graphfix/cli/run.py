@@ -9,13 +9,10 @@ from typing import Optional
 import onnx
 import typer
 
-from graphfix import api, io
 from graphfix.check.inputs import DEFAULT_SEED, parse_input_shape
 from graphfix.cli.common import EXIT_FAILED, console, print_explain, print_report, user_errors
 from graphfix.errors import GraphfixError
-from graphfix.explain import explain_change
-from graphfix.passes.pipeline import parse_pipeline
-from graphfix.passes.registry import DEFAULT_PIPELINE
+from graphfix.passes.defaults import DEFAULT_PIPELINE
 from graphfix.report import PassRecord, Report
 
 
@@ -80,6 +77,10 @@ def run_command(
     ),
 ) -> None:
     """Rewrite MODEL with a pipeline of passes, verifying the numbers after each pass."""
+    from graphfix import api, io
+    from graphfix.explain import explain_change
+    from graphfix.passes.pipeline import parse_pipeline
+
     with user_errors(ctx):
         out = output or default_output(model)
         pipeline = parse_pipeline(passes)
@@ -146,11 +147,15 @@ def run_command(
 
 
 def _fill_files(rep: Report, model: Path, out: Path) -> None:
+    from graphfix import io
+
     rep.input = {"path": str(model), "sha256": io.sha256_file(model)}
     rep.output = {"path": str(out), "sha256": io.sha256_file(out)}
 
 
 def _dumper(out: Path, which: str, input_path: Path):
+    from graphfix import io
+
     def dump(record: PassRecord, model: onnx.ModelProto) -> None:
         if which != "all" and which not in (record.spec, record.spec.split("{")[0]):
             return

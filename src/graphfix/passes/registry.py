@@ -9,6 +9,7 @@ from graphfix.errors import GraphfixError, InternalError
 from graphfix.passes.base import Pass, check_pass_class
 from graphfix.passes.cleanup import Cleanup
 from graphfix.passes.dedup_constants import DedupConstants
+from graphfix.passes.defaults import DEFAULT_PIPELINE as _DEFAULT
 from graphfix.passes.detect_unsupported import DetectUnsupported
 from graphfix.passes.eliminate_noops import EliminateNoops
 from graphfix.passes.fix_shapes import FixShapes
@@ -80,7 +81,7 @@ PRESETS: tuple[Preset, ...] = (
     ),
 )
 
-DEFAULT_PIPELINE = "trt-prep"
+DEFAULT_PIPELINE = _DEFAULT  # defined in passes/defaults.py (light, for the CLI)
 
 
 def build_registry(classes: tuple[type[Pass], ...]) -> dict[str, type[Pass]]:

@@ -1,0 +1,311 @@
+"""Layer-wise comparison: every tensor two models share, and the node to look at.
+
+    report = compare_layerwise(ref, new, [feeds0, feeds1], renamed=..., removed=...)
+    report.first_divergence   # the first tensor out of tolerance, topological order
+    report.origins[0]         # the node that amplifies error most (see `_origins`)
+
+Both models run in onnxruntime (graph optimizations off, `check.runtime`) on the
+same inputs, one run per sample (`feeds[i]` is sample i, a feed dict of any batch
+size). Every main-graph tensor of the reference (graph inputs and node outputs, any
+dtype) is compared with the candidate's tensor of the same name, or of the name
+`renamed` gives it (what `graphfix run` records); a tensor a pass merged away is
+shown as "merged by <pass>" (from `removed`), not as missing. Q/DQ models keep the
+float tensor names, so FP32 vs INT8 matches the same way (the DequantizeLinear
+outputs exist only in the candidate and are not listed).
+
+Modes: "strict" (FP32 vs rewritten FP32): ok per the dtype's tolerance in
+`check.tolerances`; "sqnr" (FP32 vs Q/DQ INT8): ok when SQNR >= `sqnr_threshold` dB;
+"auto": sqnr when the candidate has QuantizeLinear/DequantizeLinear and the reference
+has none. The numbers are defined in `_measure`, the origins in `_origins`.
+
+Subgraphs: If branches are inlined per sample group (`_inline`), so a tensor inside
+a branch is compared and labelled with its path (`If 'sel'.then_branch > Conv 'c'`).
+Loop and Scan bodies are not compared; a note says how many tensors that leaves out.
+Memory: see `_runs` (chunks under `memory_budget`, results merged). The library
+never prints: `progress(phase, done, total)` is called per sample of each run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+import onnx
+
+from graphfix.check._inline import (
+    Producer,
+    hidden_tensors,
+    prepare,
+    split_by_branches,
+    topo_order,
+)
+from graphfix.check._measure import Tally
+from graphfix.check._origins import ERROR_FLOOR, MIN_AMPLIFICATION, Origin, find_origins
+from graphfix.check._runs import Plan, SessionCache, plan_group, run_plan
+from graphfix.check.tolerances import Tolerance
+from graphfix.errors import GraphfixError
+from graphfix.graph.protos import graph_protos, walk_protos
+
+__all__ = ["ERROR_FLOOR", "MIN_AMPLIFICATION", "SCHEMA", "LayerwiseReport", "Origin",
+           "TensorResult", "compare_layerwise"]
+
+SCHEMA = "graphfix.check/1"
+MODES = ("auto", "strict", "sqnr")
+_QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+GRAPH_INPUT = "graph input"
+_NONE: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass
+class TensorResult:
+    """One reference tensor: how it compares (numbers: worst over samples, SQNR the
+    minimum; `ok` None when not compared)."""
+
+    name: str
+    candidate: str | None  # the candidate's name for it; None when not compared
+    node: str  # label of the producing reference node; "graph input" for inputs
+    op: str  # "" for graph inputs
+    dtype: str
+    status: str  # "compared" | "merged by <pass>" | "only in reference" | "not comparable (...)"
+    max_abs: float | None
+    max_rel: float | None
+    sqnr_db: float | None
+    worst_sample: int | None
+    ok: bool | None
+    order: int  # position in the reference's topological order (index in report.tensors)
+    node_key: str = ""  # the node's name as --exclude-nodes takes it ("" for inputs)
+    quantized: bool = False  # sqnr mode: the candidate computes it from DequantizeLinear outputs
+
+
+@dataclass
+class LayerwiseReport:
+    mode: str
+    samples: int
+    tensors: list[TensorResult]
+    first_divergence: TensorResult | None
+    origins: list[Origin]
+    outputs_ok: bool
+    chunks: int
+    notes: list[str] = field(default_factory=list)
+    sqnr_threshold: float = 20.0
+
+    @property
+    def passed(self) -> bool:
+        """The check's verdict: strict mode, every compared tensor agrees; sqnr mode (a
+        quantized candidate is expected to differ), every graph output meets the SQNR
+        threshold."""
+        return self.outputs_ok if self.mode == "sqnr" else self.first_divergence is None
+
+    def tensor(self, name: str) -> TensorResult:
+        """The result for reference tensor `name` (KeyError when it has none)."""
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def sensitivity(self, top: int = 10) -> list[TensorResult]:
+        """The quantized layers with the lowest SQNR, lowest first (sqnr mode; empty in
+        strict mode, where nothing is quantized)."""
+        rows = [t for t in self.tensors if t.quantized and t.sqnr_db is not None]
+        return sorted(rows, key=lambda t: (t.sqnr_db, t.order))[:top]
+
+    def suggest_exclude(self, top: int = 5) -> list[str]:
+        """Node names to keep in float (calibrate --exclude-nodes): the quantized origins
+        in rank order, then the lowest-SQNR quantized layers that are not ok."""
+        by_name = {t.name: t for t in self.tensors}
+        keys = [by_name[o.name].node_key for o in self.origins if by_name[o.name].quantized]
+        keys += [t.node_key for t in self.sensitivity(len(self.tensors)) if t.ok is False]
+        return list(dict.fromkeys(k for k in keys if k))[:top]
+
+    def to_json(self) -> dict:
+        """Schema "graphfix.check/1". Non-finite numbers are the strings "inf", "-inf",
+        "nan" (an exact tensor has sqnr_db "inf"); null means "not compared"."""
+        first = self.first_divergence
+        return _jsonable({
+            "schema": SCHEMA,
+            "mode": self.mode,
+            "samples": self.samples,
+            "chunks": self.chunks,
+            "sqnr_threshold": self.sqnr_threshold,
+            "outputs_ok": self.outputs_ok,
+            "passed": self.passed,
+            "first_divergence": asdict(first) if first else None,
+            "origins": [asdict(o) for o in self.origins],
+            "sensitivity": [t.name for t in self.sensitivity()] if self.mode == "sqnr" else [],
+            "exclude_nodes": self.suggest_exclude() if self.mode == "sqnr" else [],
+            "tensors": [asdict(t) for t in self.tensors],
+            "notes": list(self.notes),
+        })
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def resolve_mode(mode: str, reference: onnx.ModelProto, candidate: onnx.ModelProto) -> str:
+    """"auto" -> "sqnr" when only the candidate has Q/DQ, else "strict"."""
+    if mode not in MODES:
+        raise GraphfixError(f"Unknown comparison mode '{mode}'",
+                            f"the modes are {', '.join(MODES)}",
+                            "use strict for rewrites, sqnr for a quantized candidate, or auto")
+    if mode != "auto":
+        return mode
+
+    def has_qdq(model: onnx.ModelProto) -> bool:
+        return any(n.op_type in _QDQ for n, _, _ in walk_protos(model.graph))
+
+    return "sqnr" if has_qdq(candidate) and not has_qdq(reference) else "strict"
+
+
+def compare_layerwise(
+    reference: onnx.ModelProto,
+    candidate: onnx.ModelProto,
+    feeds: Sequence[Mapping[str, np.ndarray]],
+    *,
+    renamed: Mapping[str, str] = _NONE,
+    removed: Mapping[str, str] = _NONE,
+    mode: str = "auto",
+    sqnr_threshold: float = 20.0,
+    memory_budget: int | None = None,
+    providers: Sequence[str] = ("cpu",),
+    progress: Callable[[str, int, int], None] | None = None,
+    min_amplification: float = MIN_AMPLIFICATION,
+    tolerance: Tolerance | None = None,
+) -> LayerwiseReport:
+    """Compare every tensor the two models share on every sample (module docstring).
+
+    `feeds[i]` is sample i (a single feed dict counts as one sample). `renamed` maps
+    reference names to candidate names; `removed` maps reference names to the pass
+    that merged them away. `memory_budget` (bytes) bounds the activations one
+    onnxruntime run exposes. `min_amplification` is the origin rule's factor
+    (`_origins`). `tolerance` replaces the per-dtype tolerance of float tensors in strict
+    mode (`graphfix check --atol/--rtol`). Raises GraphfixError when there is no sample,
+    a model input has no data, or onnxruntime cannot run a model.
+    """
+    samples = [dict(feeds)] if isinstance(feeds, Mapping) else [dict(f) for f in feeds]
+    if not samples:
+        raise GraphfixError("No inputs to compare the models on", "the feeds are empty",
+                            "give at least one feed dict {input name: array}")
+    mode = resolve_mode(mode, reference, candidate)
+    cache = SessionCache(samples, renamed, providers)
+    if progress and any(n.op_type == "If" for n in (*reference.graph.node,
+                                                    *candidate.graph.node)):
+        progress("reading If conditions", 0, len(samples))
+    groups = split_by_branches(prepare(reference), prepare(candidate),
+                               list(range(len(samples))), cache)
+    if progress and (len(groups) > 1 or groups[0].reference.model is not reference):
+        progress("reading If conditions", len(samples), len(samples))
+    del cache
+    plans = [plan_group(g, samples, renamed, removed, memory_budget) for g in groups]
+    total = sum(len(p.chunks) for p in plans)
+    tallies: dict[str, Tally] = {}
+    done = 0
+    for plan in plans:
+        run_plan(plan, samples, tallies, renamed=renamed, mode=mode, threshold=sqnr_threshold,
+                 tolerance=tolerance,
+                 providers=providers, progress=progress, step=(done, total))
+        done += len(plan.chunks)
+    producers = _merged_producers(plans)
+    results = _results(reference, plans, tallies, producers, _quantized(candidate))
+    first = next((t for t in results if t.ok is False), None)
+    origins = find_origins(results, tallies, producers, min_amplification)
+    outputs = {t.name: t for t in results}
+    outputs_ok = all(outputs[o.name].ok is True for o in reference.graph.output
+                     if o.name in outputs)
+    notes = _notes(reference, renamed, plans)
+    if first is not None and not origins:
+        notes.append(f"no node amplifies the error {min_amplification:g}x or more: it grows "
+                     "gradually; start at the first divergence, "
+                     f"{first.node} ({first.name})")
+    return LayerwiseReport(mode, len(samples), results, first, origins, outputs_ok, total,
+                           notes, sqnr_threshold)
+
+
+def _merged_producers(plans: Sequence[Plan]) -> dict[str, Producer]:
+    producers: dict[str, Producer] = {}
+    for plan in plans:
+        for name, info in plan.group.reference.producers.items():
+            producers.setdefault(name, info)
+    return producers
+
+
+def _quantized(candidate: onnx.ModelProto) -> set[str]:
+    """Candidate tensors computed by a node that reads a DequantizeLinear output."""
+    dq = {o for n in candidate.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    return {o for n in candidate.graph.node if n.op_type not in _QDQ
+            and any(i in dq for i in n.input) for o in n.output if o}
+
+
+def _results(reference: onnx.ModelProto, plans: Sequence[Plan], tallies: Mapping[str, Tally],
+             producers: Mapping[str, Producer], quantized: set[str]) -> list[TensorResult]:
+    """One TensorResult per reference tensor of any group, in topological order."""
+    order = topo_order(reference)
+    names: dict[str, Plan] = {}
+    for plan in plans:
+        for t in plan.tensors:
+            names.setdefault(t, plan)
+    ranked = sorted(names, key=lambda t: (order.get(t, len(order)), t))
+    results = []
+    for index, name in enumerate(ranked):
+        plan = next((p for p in plans if name in p.status), names[name])
+        tally = tallies.get(name)
+        producer = producers.get(name)
+        result = TensorResult(
+            name=name, candidate=None,
+            node=producer.label if producer else GRAPH_INPUT,
+            op=producer.op if producer else "",
+            dtype=(tally.dtype if tally and tally.dtype else plan.dtypes.get(name, "")),
+            status=plan.status.get(name, "compared"),
+            max_abs=None, max_rel=None, sqnr_db=None, worst_sample=None, ok=None,
+            order=index, node_key=producer.key if producer else "",
+        )
+        if tally is not None and tally.compared:
+            result.candidate = tally.candidate
+            result.status = "compared"
+            result.max_abs, result.max_rel = tally.max_abs, tally.max_rel
+            result.sqnr_db, result.worst_sample, result.ok = tally.sqnr_db, tally.worst, tally.ok
+            result.quantized = tally.candidate in quantized
+        elif tally is not None and tally.why:
+            result.status = f"not comparable ({tally.why})"
+        results.append(result)
+    return results
+
+
+def _notes(reference: onnx.ModelProto, renamed: Mapping[str, str],
+           plans: Sequence[Plan]) -> list[str]:
+    notes: list[str] = []
+    hidden = hidden_tensors(reference)
+    if hidden:
+        notes.append(f"{hidden} tensor{'s' * (hidden != 1)} inside Loop/Scan bodies "
+                     "are not compared: an ONNX graph output can only name a main-graph "
+                     "tensor, and a body runs a varying number of times")
+    if len(plans) > 1:
+        notes.append(f"the samples took {len(plans)} different combinations of If branches; "
+                     "each was inlined and compared on its own samples")
+    known = {t for p in plans for t in p.tensors}
+    unknown = sorted(set(renamed) - known - _all_names(reference))
+    if unknown:
+        shown = ", ".join(f"'{t}'" for t in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+        notes.append(f"{len(unknown)} renamed tensor(s) are not tensors of the reference: "
+                     f"{shown}")
+    for plan in plans:
+        notes.extend(n for n in plan.notes if n not in notes)
+    return notes
+
+
+def _all_names(model: onnx.ModelProto) -> set[str]:
+    """Every tensor name of the model, subgraphs and weights included."""
+    names = {vi.name for vi in model.graph.input}
+    for graph in graph_protos(model.graph):
+        names |= {t.name for t in graph.initializer}
+        names |= {o for n in graph.node for o in n.output if o}
+    return names

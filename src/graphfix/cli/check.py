@@ -1,0 +1,156 @@
+"""`graphfix check`: layer-wise agreement of two models, naming where they start to differ."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from graphfix.cli.common import EXIT_FAILED, console, user_errors
+
+
+def check_command(
+    ctx: typer.Context,
+    reference: Path = typer.Argument(..., help="The reference model (e.g. the FP32 original)."),
+    candidate: Path = typer.Argument(..., help="The model to check (rewritten, or Q/DQ INT8)."),
+    data: Path = typer.Option(None, "--data", help="Inputs: an .npz (input name -> array with "
+                              "a leading sample axis), or anything `calibrate --data` takes."),
+    data_key: str = typer.Option(None, "--data-key", help="The array to use in one .npz."),
+    input_shape: list[str] = typer.Option(None, "--input-shape", help="NAME:DIMS for the "
+                                          "random inputs' dynamic dims, e.g. x:1x3x224x224."),
+    samples: int = typer.Option(3, "--samples", min=1, help="How many samples to compare "
+                                "(every one is compared; the worst is reported)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
+    mode: str = typer.Option("auto", "--mode", help="strict (tolerances per dtype), sqnr "
+                             "(quantized models), or auto: sqnr when CANDIDATE has Q/DQ."),
+    atol: float = typer.Option(None, "--atol", help="Absolute tolerance for float tensors "
+                               "(default: per dtype, graphfix.check.tolerances)."),
+    rtol: float = typer.Option(None, "--rtol", help="Relative tolerance for float tensors."),
+    sqnr: float = typer.Option(20.0, "--sqnr-threshold", help="SQNR (dB) a tensor needs in "
+                               "sqnr mode."),
+    report: Path = typer.Option(None, "--report", help="A `graphfix run --report` JSON whose "
+                                "renames/removals to use (default: CANDIDATE's metadata)."),
+    memory_budget: str = typer.Option(None, "--memory-budget", help="Activation memory one "
+                                      "onnxruntime run may expose, e.g. 512MB."),
+    providers: str = typer.Option("cpu", "--providers", help="onnxruntime providers."),
+    shown: int = typer.Option(15, "--show", min=1, help="Rows in each table."),
+    as_json: Path = typer.Option(None, "--json", help="Write the full result as JSON here "
+                                 "('-' for standard output)."),
+) -> None:
+    """Compare every tensor REFERENCE and CANDIDATE share, in topological order; name the
+    first diverging tensor and the nodes where the error starts. Exit 1 when they differ."""
+    from graphfix import io, provenance
+    from graphfix.calibration.session import parse_bytes
+    from graphfix.check.layerwise import compare_layerwise
+    from graphfix.check.samples import check_samples, tolerance_override
+
+    with user_errors(ctx):
+        ref, cand = io.load(reference), io.load(candidate)
+        renamed, removed = provenance.read(cand)
+        if report is not None:
+            renamed, removed = _from_report(report)
+        feeds = check_samples(ref, data, data_key, input_shape or [], samples, seed)
+        result = compare_layerwise(
+            ref, cand, feeds, renamed=renamed, removed=removed, mode=mode,
+            sqnr_threshold=sqnr, tolerance=tolerance_override(atol, rtol),
+            memory_budget=parse_bytes(memory_budget) if memory_budget else None,
+            providers=providers.split(","),
+        )
+    exclude = _exclude_names(result, cand)
+    if as_json is not None:
+        data = result.to_json()
+        data["exclude_nodes"] = exclude  # names in CANDIDATE, which calibrate plans on
+        text = json.dumps(data, indent=2, default=str)
+        if str(as_json) == "-":
+            print(text)
+        else:
+            io.write_text_atomic(as_json, text + "\n")
+    if str(as_json) != "-":
+        _print(result, shown, exclude)
+    if not result.passed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _from_report(path: Path) -> tuple[dict, dict]:
+    from graphfix.errors import GraphfixError
+
+    try:
+        data = json.loads(path.read_text())
+        return dict(data.get("renamed", {})), dict(data.get("removed", {}))
+    except (OSError, ValueError, AttributeError) as err:
+        raise GraphfixError(f"cannot read the run report {path}", str(err),
+                            "give the JSON written by `graphfix run --report`") from None
+
+
+def _num(value, spec: str = "{:.3g}") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    return spec.format(value)
+
+
+def _exclude_names(result, candidate) -> list[str]:
+    """calibrate --exclude-nodes names for sqnr mode: the candidate's nodes (calibrate
+    plans on the model after fold-bn, whose node names the candidate keeps) producing
+    the origins, then the failing low-SQNR layers."""
+    if result.mode != "sqnr":
+        return []
+    producers = {o: n.name for n in candidate.graph.node for o in n.output if n.name}
+    tensors = [o.name for o in result.origins]
+    tensors += [t.name for t in result.sensitivity(len(result.tensors)) if t.ok is False]
+    names = [producers.get(result.tensor(t).candidate or t) for t in tensors]
+    return list(dict.fromkeys(n for n in names if n))[:5]
+
+
+def _print(result, shown: int, exclude: list[str]) -> None:
+    compared = [t for t in result.tensors if t.status == "compared"]
+    merged = [t for t in result.tensors if t.status.startswith("merged by")]
+    console.print(f"{result.mode} mode: {len(compared)} tensors compared over "
+                  f"{result.samples} sample(s) in {result.chunks} run(s); {len(merged)} merged "
+                  "by graphfix passes", markup=False)
+    if result.mode == "sqnr":
+        rows = result.sensitivity(shown)
+        title = "quantization sensitivity (lowest SQNR first)"
+    else:
+        rows = sorted((t for t in compared if t.ok is False),
+                      key=lambda t: -(t.max_rel or 0))[:shown]
+        title = "diverging tensors (worst first)"
+    if rows:
+        table = Table(title=title, title_justify="left")
+        for col in ("tensor", "node", "max abs", "max rel", "SQNR dB", "worst sample"):
+            table.add_column(col, overflow="fold")
+        for t in rows:
+            table.add_row(escape(t.name), escape(t.node), _num(t.max_abs), _num(t.max_rel),
+                          _num(t.sqnr_db, "{:.1f}"), _num(t.worst_sample, "{}"),
+                          style="red" if t.ok is False else "")
+        console.print(table)
+    if result.origins:
+        table = Table(title="where the error starts (origins, most amplifying first)",
+                      title_justify="left")
+        for col in ("node", "tensor", "error", "inputs' error", "amplification"):
+            table.add_column(col, overflow="fold")
+        for o in result.origins[:shown]:
+            table.add_row(escape(o.node), escape(o.name), _num(o.error), _num(o.input_error),
+                          _num(o.amplification, "{:.3g}x"))
+        console.print(table)
+    for note in result.notes:
+        console.print(f"note: {note}", markup=False)
+    first = result.first_divergence
+    if exclude:
+        console.print("to keep the most sensitive layers in float: graphfix calibrate ... "
+                      f"--exclude-nodes {','.join(exclude)}", markup=False)
+    if first is None:
+        verdict = ("every compared tensor agrees" if result.mode == "strict" else
+                   f"every compared tensor is at or above {result.sqnr_threshold:g} dB SQNR")
+        console.print(f"check passed: {verdict}", style="bold green", markup=False)
+    else:
+        console.print(f"first divergence: {first.name} (from {first.node}), worst at sample "
+                      f"{first.worst_sample}", style="bold red" if not result.passed else "",
+                      markup=False)
+        console.print("check " + ("passed" if result.passed else "FAILED"),
+                      style="bold green" if result.passed else "bold red", markup=False)

@@ -1,0 +1,274 @@
+"""Layer-wise comparison on Conv chains: first divergence, origins, samples, renames,
+merged tensors, chunking, errors and the JSON report."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from gfhelpers import build_model, feeds_for
+from onnx import TensorProto, helper, numpy_helper
+
+import graphfix.check._runs as runs
+from graphfix.api import run
+from graphfix.check.layerwise import SCHEMA, compare_layerwise, resolve_mode
+from graphfix.errors import GraphfixError
+
+C = 4  # channels; every activation is 1 x 4 x 8 x 8 float32 = 1024 bytes
+
+
+def chain(n: int = 6, bn: bool = False, seed: int = 0) -> onnx.ModelProto:
+    """x -> n x (Conv 'conv{i}' -> c{i} [-> BatchNormalization 'bn{i}' -> b{i}]
+    -> Relu 'relu{i}' -> r{i})."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, prev = [], [], "x"
+    for i in range(1, n + 1):
+        w = rng.standard_normal((C, C, 3, 3)) / np.sqrt(C * 9)
+        inits.append(numpy_helper.from_array(w.astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}"], [f"c{i}"], name=f"conv{i}",
+                                      pads=[1, 1, 1, 1]))
+        cur = f"c{i}"
+        if bn:
+            parts = {"s": rng.uniform(0.5, 1.5, C), "b": rng.standard_normal(C) * 0.1,
+                     "m": rng.standard_normal(C) * 0.1, "v": rng.uniform(0.5, 1.5, C)}
+            inits += [numpy_helper.from_array(v.astype(np.float32), f"bn{i}_{k}")
+                      for k, v in parts.items()]
+            nodes.append(helper.make_node("BatchNormalization",
+                                          [cur, *(f"bn{i}_{k}" for k in parts)], [f"b{i}"],
+                                          name=f"bn{i}"))
+            cur = f"b{i}"
+        nodes.append(helper.make_node("Relu", [cur], [f"r{i}"], name=f"relu{i}"))
+        prev = f"r{i}"
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, 8, 8])
+    return build_model(nodes, [x], [helper.make_tensor_value_info(prev, TensorProto.FLOAT, None)],
+                       inits)
+
+
+def copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    return out
+
+
+def perturb(model: onnx.ModelProto, weight: str, delta: float = 0.05) -> onnx.ModelProto:
+    """A copy with one element of initializer `weight` moved by `delta`."""
+    out = copy(model)
+    init = next(t for t in out.graph.initializer if t.name == weight)
+    values = numpy_helper.to_array(init).copy()
+    values.flat[values.size // 2] += delta
+    init.CopyFrom(numpy_helper.from_array(values, weight))
+    return out
+
+
+def samples(model: onnx.ModelProto, n: int = 3) -> list[dict[str, np.ndarray]]:
+    return [feeds_for(model, seed=s) for s in range(n)]
+
+
+# ------------------------------------------------------------------ acceptance
+
+
+def test_perturbed_deep_conv_is_first_divergence_and_top_origin():
+    ref = chain()
+    report = compare_layerwise(ref, perturb(ref, "w4"), samples(ref))
+    assert report.mode == "strict"
+    first = report.first_divergence
+    assert (first.name, first.node, first.op) == ("c4", "Conv 'conv4'", "Conv")
+    assert report.origins[0].name == "c4" and report.origins[0].node == "Conv 'conv4'"
+    assert report.origins[0].input_error == 0.0
+    assert [o.node for o in report.origins] == ["Conv 'conv4'"]  # downstream only inherits
+    assert not report.outputs_ok
+    by = {t.name: t for t in report.tensors}
+    assert all(by[t].ok for t in ("x", "c1", "r1", "c2", "r2", "c3", "r3"))
+    assert all(by[t].ok is False for t in ("c4", "r4", "c5", "r5", "c6", "r6"))
+    assert [t.name for t in report.tensors] == ["x"] + [f"{k}{i}" for i in range(1, 7)
+                                                        for k in "cr"]
+    assert [t.order for t in report.tensors] == list(range(13))
+    assert by["x"].node == "graph input" and by["x"].op == ""
+    assert by["c4"].sqnr_db < by["c3"].sqnr_db == float("inf")
+
+
+def test_fold_bn_rewrite_passes_with_merged_tensors_shown():
+    ref = chain(bn=True)
+    result = run(ref, passes="fold-bn")
+    report = compare_layerwise(ref, result.model, samples(ref),
+                               renamed=result.report.renamed, removed=result.report.removed)
+    assert report.outputs_ok and report.first_divergence is None and report.origins == []
+    by = {t.name: t for t in report.tensors}
+    for i in range(1, 7):
+        assert by[f"c{i}"].status == "merged by fold-bn", by[f"c{i}"]
+        assert by[f"c{i}"].ok is None and by[f"c{i}"].candidate is None
+        assert by[f"b{i}"].status == "compared" and by[f"b{i}"].ok
+        assert by[f"b{i}"].max_abs < 1e-4
+
+
+def test_merged_tensor_is_looked_through_for_the_input_error():
+    """In the folded model conv4 writes b4 directly (c4 is merged): a bad folded weight
+    shows as b4 diverging; its input error is r3's (rounding only), so it is the origin."""
+    ref = chain(bn=True)
+    result = run(ref, passes="fold-bn")
+    conv4 = next(n for n in result.model.graph.node if n.output[0] == "b4")
+    bad = perturb(result.model, conv4.input[1])
+    report = compare_layerwise(ref, bad, samples(ref), renamed=result.report.renamed,
+                               removed=result.report.removed)
+    assert report.first_divergence.name == "b4"
+    assert report.first_divergence.node == "BatchNormalization 'bn4'"
+    assert [o.name for o in report.origins] == ["b4"]
+    assert 0 < report.origins[0].input_error < 1e-5 < report.origins[0].error
+
+
+def test_without_removed_a_merged_tensor_is_only_in_reference():
+    ref = chain(bn=True)
+    result = run(ref, passes="fold-bn")
+    report = compare_layerwise(ref, result.model, samples(ref))
+    assert report.tensor("c1").status == "only in reference"
+    assert report.outputs_ok
+
+
+# ------------------------------------------------------------------ samples
+
+
+def _clipped(ref: onnx.ModelProto) -> onnx.ModelProto:
+    """relu3 computed as Clip(0, 3): equal to Relu while c3 stays below 3."""
+    out = copy(ref)
+    node = next(n for n in out.graph.node if n.name == "relu3")
+    node.op_type = "Clip"
+    node.input.extend(["lo", "hi"])
+    out.graph.initializer.extend([numpy_helper.from_array(np.float32(0), "lo"),
+                                  numpy_helper.from_array(np.float32(3), "hi")])
+    return out
+
+
+def test_every_sample_is_compared_and_the_worst_is_named():
+    ref = chain()
+    feeds = [{"x": f["x"] * 0.1} for f in samples(ref, 2)] + [{"x": samples(ref)[2]["x"] * 50}]
+    cand = _clipped(ref)
+    assert compare_layerwise(ref, cand, feeds[:2]).outputs_ok  # samples 0, 1 agree
+    report = compare_layerwise(ref, cand, feeds)
+    first = report.first_divergence
+    assert (first.name, first.node, first.worst_sample) == ("r3", "Relu 'relu3'", 2)
+    assert report.origins[0].node == "Relu 'relu3'" and report.origins[0].sample == 2
+    assert all(t.worst_sample == 2 for t in report.tensors if t.ok is False)
+    ref_r3 = np.maximum(0, _run(ref, feeds[2], "c3"))
+    assert first.max_abs == pytest.approx(float((ref_r3 - np.minimum(ref_r3, 3)).max()))
+
+
+def _run(model: onnx.ModelProto, feeds: dict, name: str) -> np.ndarray:
+    from graphfix.check._inline import exposed_session
+
+    return exposed_session(model, [name], ("cpu",)).run([name], feeds)[0]
+
+
+# ------------------------------------------------------------------ names
+
+
+def _renamed(ref: onnx.ModelProto) -> onnx.ModelProto:
+    out = copy(ref)
+    for node in out.graph.node:
+        node.input[:] = ["c3_new" if i == "c3" else i for i in node.input]
+        node.output[:] = ["c3_new" if o == "c3" else o for o in node.output]
+    return out
+
+
+def test_renamed_tensor_is_matched_through_the_map():
+    ref = chain()
+    cand = _renamed(ref)
+    plain = compare_layerwise(ref, cand, samples(ref))
+    assert plain.tensor("c3").status == "only in reference"
+    report = compare_layerwise(ref, cand, samples(ref), renamed={"c3": "c3_new"})
+    c3 = report.tensor("c3")
+    assert (c3.status, c3.candidate, c3.ok, c3.max_abs) == ("compared", "c3_new", True, 0.0)
+    assert report.outputs_ok and not report.notes
+
+
+def test_renamed_names_the_reference_lacks_are_noted():
+    ref = chain()
+    report = compare_layerwise(ref, ref, samples(ref, 1), renamed={"nope": "x"})
+    assert any("'nope'" in n for n in report.notes)
+
+
+# ------------------------------------------------------------------ chunks
+
+
+@pytest.mark.parametrize("budget", [1, 2048, 5000])
+def test_chunked_runs_equal_the_unchunked_run(budget, monkeypatch):
+    ref = chain()
+    cand = perturb(ref, "w4")
+    whole = compare_layerwise(ref, cand, samples(ref))
+    exposed: list[list[str]] = []
+    real = runs.exposed_session
+
+    def spy(model, names, providers):
+        exposed.append(list(names))
+        return real(model, names, providers)
+
+    monkeypatch.setattr(runs, "exposed_session", spy)
+    chunked = compare_layerwise(ref, cand, samples(ref), memory_budget=budget)
+    assert whole.chunks == 1 and chunked.chunks > 1
+    assert chunked.tensors == whole.tensors
+    assert chunked.origins == whole.origins
+    assert chunked.first_divergence == whole.first_divergence
+    per_run = max(budget // 1024, 1)  # 1024 bytes per activation; a bigger one runs alone
+    assert exposed and max(len(names) for names in exposed) <= per_run
+    assert {n for names in exposed for n in names} == {t.name for t in whole.tensors} - {"x"}
+    if budget == 1:
+        assert any("more than the memory budget" in n for n in chunked.notes)
+
+
+def test_progress_counts_samples_per_run():
+    ref = chain(2)
+    calls = []
+    compare_layerwise(ref, ref, samples(ref), memory_budget=2048,
+                      progress=lambda *a: calls.append(a))
+    assert calls[0] == ("run 1/2: 3 tensors", 0, 3)  # x comes from the feeds, free
+    assert calls[-1] == ("run 2/2: 2 tensors", 3, 3)
+
+
+# ------------------------------------------------------------------ modes, errors, json
+
+
+def test_auto_mode_is_sqnr_only_for_a_qdq_candidate():
+    ref = chain(1)
+    qdq = copy(ref)
+    scale = numpy_helper.from_array(np.float32(0.05), "s")
+    zero = numpy_helper.from_array(np.int8(0), "z")
+    qdq.graph.initializer.extend([scale, zero])
+    qdq.graph.node.insert(0, helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]))
+    qdq.graph.node.insert(0, helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]))
+    qdq.graph.node[2].input[0] = "xd"
+    assert resolve_mode("auto", ref, qdq) == "sqnr"
+    assert resolve_mode("auto", ref, ref) == "strict"
+    assert resolve_mode("auto", qdq, qdq) == "strict"
+    report = compare_layerwise(ref, qdq, samples(ref, 2), sqnr_threshold=10)
+    assert report.mode == "sqnr" and report.tensor("c1").quantized
+    assert report.sensitivity() == [report.tensor("c1")]
+    with pytest.raises(GraphfixError, match="Unknown comparison mode 'fast'"):
+        resolve_mode("fast", ref, ref)
+
+
+def test_no_samples_or_missing_inputs_are_user_errors():
+    ref = chain(1)
+    with pytest.raises(GraphfixError, match="No inputs"):
+        compare_layerwise(ref, ref, [])
+    with pytest.raises(GraphfixError, match="No data for input 'x'"):
+        compare_layerwise(ref, ref, [{"y": np.zeros(1, np.float32)}])
+
+
+def test_a_candidate_onnxruntime_cannot_run_is_a_user_error():
+    ref = chain(1)
+    bad = copy(ref)
+    bad.graph.node[1].op_type = "NoSuchOp"
+    with pytest.raises(GraphfixError, match="cannot run the candidate model"):
+        compare_layerwise(ref, bad, samples(ref, 1))
+
+
+def test_json_report_is_strict_json():
+    ref = chain()
+    report = compare_layerwise(ref, perturb(ref, "w4"), samples(ref))
+    data = json.loads(json.dumps(report.to_json(), allow_nan=False))
+    assert data["schema"] == SCHEMA == "graphfix.check/1"
+    assert data["first_divergence"]["name"] == "c4"
+    assert data["origins"][0]["node"] == "Conv 'conv4'"
+    assert data["tensors"][1]["sqnr_db"] == "inf"
+    assert len(data["tensors"]) == 13 and data["mode"] == "strict"
