@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from graphfix.cli.app import app
 r = CliRunner()
 for args in (["--help"], ["run", "--help"], ["passes", "--help"], ["demo", "--help"],
-             ["doctor", "--help"]):
+             ["doctor", "--help"], ["calibrate", "--help"], ["check", "--help"]):
     res = r.invoke(app, args)
     assert res.exit_code == 0, (args, res.output)
 print("ok")

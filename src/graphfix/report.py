@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import platform
 import sys
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from typing import Any
 
 APPLIED = "applied"
@@ -93,6 +91,9 @@ class Report:
 
 def tool_versions() -> dict[str, str]:
     """Versions of graphfix and its dependencies (and tensorrt when importable)."""
+    import platform
+    from importlib import metadata
+
     versions = {"python": sys.version.split()[0], "platform": platform.platform()}
     for name in _TOOLS + ("tensorrt",):
         try:

@@ -4,7 +4,6 @@ module never prints."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,6 @@ from graphfix.calibration.runner import METHODS, CalibrationResult, calibrate, p
 from graphfix.errors import GraphfixError
 
 DEFAULT_CACHE_TRT = "10.16"  # the newest documented TensorRT with implicit INT8 calibration
-_BYTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]i?B?|B)?\s*$", re.IGNORECASE)
 
 
 @dataclass
@@ -44,17 +42,6 @@ class Loaded:
     eval: CalibrationData | None
     labels: np.ndarray | None
     notes: list[str] = field(default_factory=list)
-
-
-def parse_bytes(text: str) -> int:
-    """'512MB', '2GB', '1.5GiB', '1000000' -> bytes (K/M/G are powers of 1024)."""
-    match = _BYTES.match(text)
-    if not match:
-        raise GraphfixError(f"--memory-budget {text!r} is not a size",
-                            "it bounds the activation bytes one onnxruntime run exposes",
-                            "write it like 512MB or 2GB")
-    unit = (match.group(2) or "B").upper()[0]
-    return int(float(match.group(1)) * {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[unit])
 
 
 def load_data(model, data, data_key, preprocess, loader_script, max_samples, batch_size,

@@ -62,6 +62,7 @@ def calibrate_command(
     """Calibrate MODEL for INT8 and write a Q/DQ model TensorRT accepts."""
     from graphfix import io
     from graphfix.calibration import session
+    from graphfix.sizes import parse_bytes
 
     with user_errors(ctx):
         out = output or model.with_name(f"{model.stem}.int8.onnx")
@@ -70,7 +71,7 @@ def calibrate_command(
         options = session.Options(
             method=method, percentile=percentile, per_tensor=per_tensor,
             exclude_nodes=_names(exclude_nodes), exclude_op_types=_names(exclude_op_types),
-            bins=bins, memory_budget=session.parse_bytes(memory_budget) if memory_budget
+            bins=bins, memory_budget=parse_bytes(memory_budget) if memory_budget
             else None, trt=trt,
         )
         if from_cache is not None:

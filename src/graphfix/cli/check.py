@@ -44,9 +44,9 @@ def check_command(
     """Compare every tensor REFERENCE and CANDIDATE share, in topological order; name the
     first diverging tensor and the nodes where the error starts. Exit 1 when they differ."""
     from graphfix import io, provenance
-    from graphfix.calibration.session import parse_bytes
     from graphfix.check.layerwise import compare_layerwise
     from graphfix.check.samples import check_samples, tolerance_override
+    from graphfix.sizes import parse_bytes
 
     with user_errors(ctx):
         ref, cand = io.load(reference), io.load(candidate)
