@@ -78,3 +78,15 @@ def test_per_tensor_choice_among_minmax_entropy_percentile(digits):
     assert set(outcome.chosen_by_tensor) == set(result.stats)
     assert set(outcome.chosen_by_tensor.values()) <= {"minmax", "entropy", "percentile"}
     assert outcome.agreement.accuracy >= outcome.agreement.reference_accuracy - 0.01
+
+
+def test_opset_11_models_are_moved_to_13_before_quantizing(shared_model):  # noqa: D401
+    """ppocr (Paddle, opset 11, '?' dims) calibrates end to end: Q/DQ needs opset 13."""
+    model = onnx.load(shared_model("ch_ppocr_mobile_v2.0_cls_infer.onnx"))
+    x = np.random.default_rng(0).random((8, 3, 48, 192), dtype=np.float32)
+    data = [{"x": x[i:i + 4]} for i in range(0, 8, 4)]
+    result = calibrate(model, data, ("minmax",), eval_data=data)
+    assert any(n.startswith("opset{version=13}") for n in result.notes)
+    quantized = result.outcome().model
+    assert next(o.version for o in quantized.opset_import if o.domain == "") >= 13
+    assert result.outcome().agreement.sqnr_db > 15

@@ -72,15 +72,28 @@ class CalibrationResult:
         }
 
 
+QDQ_OPSET = 13  # per-axis DequantizeLinear (per-channel weight scales)
+
+
 def prepare(model: onnx.ModelProto, fold_bn: bool = True) -> tuple[onnx.ModelProto, list[str]]:
-    """The FP32 model calibration runs on: BatchNormalization folded (verified) first."""
-    if not fold_bn or not any(n.op_type == "BatchNormalization" for n in model.graph.node):
+    """The FP32 model calibration runs on: BatchNormalization folded, and the model moved
+    to opset 13 when older (per-channel Q/DQ needs it), by graphfix's own passes.
+
+    These run without graphfix run's numerical check (the data's shapes are not known
+    here); the comparison of every method against this FP32 model shows what they did.
+    """
+    passes = []
+    if fold_bn and any(n.op_type == "BatchNormalization" for n in model.graph.node):
+        passes.append("fold-bn")
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset and opset < QDQ_OPSET:
+        passes.append(f"opset{{version={QDQ_OPSET}}}")
+    if not passes:
         return model, []
     from graphfix.api import run
 
-    result = run(model, passes="fold-bn", check=False)
-    record = result.report.passes[0]
-    return result.model, [f"fold-bn: {record.did()}"]
+    result = run(model, passes=",".join(passes), check=False)
+    return result.model, [f"{r.spec}: {r.did()}" for r in result.report.passes]
 
 
 def calibrate(

@@ -61,9 +61,9 @@ def graph_inputs(model: onnx.ModelProto) -> list[InputInfo]:
 def _dim(d: onnx.TensorShapeProto.Dimension) -> int | str | None:
     if d.HasField("dim_value") and d.dim_value > 0:
         return int(d.dim_value)
-    if d.HasField("dim_param") and d.dim_param:
+    if d.HasField("dim_param") and d.dim_param not in ("", "?"):
         return d.dim_param
-    return None
+    return None  # unknown; Paddle writes "?" for every unknown dim, which names nothing
 
 
 def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
