@@ -80,7 +80,7 @@ def test_per_tensor_choice_among_minmax_entropy_percentile(digits):
     assert outcome.agreement.accuracy >= outcome.agreement.reference_accuracy - 0.01
 
 
-def test_opset_11_models_are_moved_to_13_before_quantizing(shared_model):  # noqa: D401
+def test_opset_11_models_are_moved_to_13_before_quantizing(shared_model):
     """ppocr (Paddle, opset 11, '?' dims) calibrates end to end: Q/DQ needs opset 13."""
     model = onnx.load(shared_model("ch_ppocr_mobile_v2.0_cls_infer.onnx"))
     x = np.random.default_rng(0).random((8, 3, 48, 192), dtype=np.float32)
