@@ -7,8 +7,8 @@ The names below are imported on first use (PEP 562), so `import graphfix` and th
 command line start fast: onnx-graphsurgeon and the passes load only when needed.
 """
 
-from importlib import import_module as _import_module
 
+from graphfix._lazy import lazy_attributes
 from graphfix.errors import GraphfixError, InternalError
 
 _LAZY = {
@@ -44,15 +44,14 @@ def _version() -> str:
         return "0.0.0"
 
 
+_lazy_getattr = lazy_attributes(__name__, _LAZY)
+
+
 def __getattr__(name: str):
     if name == "__version__":
         globals()[name] = value = _version()
         return value
-    if name in _LAZY:
-        value = getattr(_import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'graphfix' has no attribute {name!r}")
+    return _lazy_getattr(name)
 
 
 def __dir__() -> list[str]:

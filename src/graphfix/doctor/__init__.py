@@ -5,8 +5,7 @@ Names are imported on first use (PEP 562), so the CLI can import `doctor.finding
 without loading the rules.
 """
 
-from importlib import import_module as _import_module
-
+from graphfix._lazy import lazy_attributes
 from graphfix.doctor.findings import ERROR, INFO, SCHEMA, WARN, Diagnosis, Finding
 
 _LAZY = {"Rule": "graphfix.doctor.engine", "diagnose": "graphfix.doctor.engine",
@@ -15,9 +14,4 @@ _LAZY = {"Rule": "graphfix.doctor.engine", "diagnose": "graphfix.doctor.engine",
 __all__ = ["ERROR", "INFO", "SCHEMA", "WARN", "Diagnosis", "Finding", "Rule", "diagnose", "rules"]
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(_import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'graphfix.doctor' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -4,7 +4,7 @@ Imported on first use (PEP 562): `graphfix.graph.protos` and `skeleton` work on 
 ONNX protos, and importing them must not load onnx-graphsurgeon.
 """
 
-from importlib import import_module as _import_module
+from graphfix._lazy import lazy_attributes
 
 _LAZY = {
     "all_graphs": "graphfix.graph.walk",
@@ -41,13 +41,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(_import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'graphfix.graph' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__ = lazy_attributes(__name__, _LAZY)
