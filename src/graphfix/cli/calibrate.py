@@ -85,9 +85,9 @@ def calibrate_command(
         loaded = session.load_data(source, data, data_key, preprocess, loader_script,
                                    max_samples, batch_size, eval_split, eval_data, eval_key,
                                    labels, evaluate or method == "all")
-        with console.status("calibrating", spinner="dots") as status:
+        with _bar() as bar:
             result = session.run(source, loaded, options, for_cache=cache is not None,
-                                 progress=_Progress(status))
+                                 progress=_Progress(bar))
         written = session.write_outputs(result, out, model, cache, ranges, options)
     summary = session.summary(result, loaded, written)
     if as_json:
@@ -96,22 +96,34 @@ def calibrate_command(
     _print(summary)
 
 
-class _Progress:
-    """The status line: phase, samples done of total, and the phase's ETA."""
+def _bar():
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    def __init__(self, status) -> None:
-        self.status, self.phase, self.start = status, "", 0.0
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+                    transient=True)
+
+
+class _Progress:
+    """One bar per phase (a statistics pass, an evaluation) over its samples, with ETA."""
+
+    def __init__(self, bar) -> None:
+        self.bar, self.phase, self.task = bar, "", None
 
     def __call__(self, phase: str, done: int, total: int) -> None:
-        import time
-
-        now = time.perf_counter()
         if phase != self.phase:
-            self.phase, self.start = phase, now
-        eta = ""
-        if total and 0 < done < total:
-            eta = f", about {(now - self.start) / done * (total - done):.0f} s left"
-        self.status.update(f"{phase}: {done}/{total or '?'} samples{eta}")
+            if self.task is not None:
+                self.bar.remove_task(self.task)
+            self.phase = phase
+            self.task = self.bar.add_task(phase, total=total or None)
+        self.bar.update(self.task, completed=done)
 
 
 def _names(text: str) -> list[str]:
