@@ -66,15 +66,9 @@ def calibrator(data: Iterable[dict[str, np.ndarray]], method: str = "entropy",
 
 
 def _import_tensorrt() -> Any:
-    try:
-        import tensorrt  # lazy on purpose: optional and heavy
-    except ImportError as err:
-        raise GraphfixError(
-            "cannot make a TensorRT calibrator: tensorrt is not installed",
-            str(err),
-            "install TensorRT 8.6-10.x (pip install graphfix[trt]), or use the Q/DQ model",
-        ) from None
-    return tensorrt
+    from graphfix.trt import import_tensorrt
+
+    return import_tensorrt("make a TensorRT calibrator (or use the Q/DQ model)")
 
 
 def _major(version: str) -> int:

@@ -140,6 +140,20 @@ def installed_tensorrt_version() -> str | None:
         return None
 
 
+def import_tensorrt(purpose: str) -> Any:
+    """The `tensorrt` module, imported now (the one place graphfix imports it for use);
+    GraphfixError saying what needed it when it is not installed."""
+    try:
+        import tensorrt  # lazy on purpose: tensorrt is optional and heavy
+    except ImportError as err:
+        raise GraphfixError(
+            f"cannot {purpose}: tensorrt is not installed",
+            str(err),
+            "install TensorRT 8.6-10.x (pip install graphfix[trt])",
+        ) from None
+    return tensorrt
+
+
 def parse_target(text: str | None) -> TrtTarget:
     """The TrtTarget for `--trt` text.
 
