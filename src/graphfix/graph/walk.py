@@ -27,6 +27,11 @@ def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
                     yield from all_graphs(sub)
 
 
+def names_in_use(graph: gs.Graph) -> set[str]:
+    """Every tensor name in the graph and its subgraphs (what `fresh_name` must avoid)."""
+    return {name for g in all_graphs(graph) for name in g.tensors()}
+
+
 def count_nodes(graph: gs.Graph) -> int:
     """Nodes in the graph and all its subgraphs."""
     return sum(len(g.nodes) for g in all_graphs(graph))

@@ -29,6 +29,7 @@ from graphfix.graph import (
     constant_value,
     is_graph_output,
     is_onnx,
+    names_in_use,
     node_label,
     take_output,
 )
@@ -256,7 +257,7 @@ def fold_elementwise(
     a constant is matched, planned (`plan` returns the new values or why not), rewritten,
     and counted under `what(match)`; `nothing` is the note when no candidate exists."""
     result = PassResult(changed=False)
-    names = {name for g in all_graphs(graph) for name in g.tensors()}
+    names = names_in_use(graph)
     found = 0
     for g in all_graphs(graph):
         node_ids = {id(n) for n in g.nodes}

@@ -43,7 +43,15 @@ from collections.abc import Callable
 
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import all_graphs, bypass, fresh_name, is_onnx, node_label, opset_of
+from graphfix.graph import (
+    all_graphs,
+    bypass,
+    fresh_name,
+    is_onnx,
+    names_in_use,
+    node_label,
+    opset_of,
+)
 from graphfix.passes import _noop_pairs as pairs
 from graphfix.passes import _noop_single as single
 from graphfix.passes._noop_single import Plan, View
@@ -89,7 +97,7 @@ class EliminateNoops(Pass):
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
         opset = opset_of(graph)
-        names = {name for g in all_graphs(graph) for name in g.tensors()}
+        names = names_in_use(graph)
         found = False
         for g in all_graphs(graph):
             view = View(g, opset, {id(n) for n in g.nodes}, names)

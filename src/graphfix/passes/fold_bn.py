@@ -40,6 +40,7 @@ from graphfix.graph import (
     fresh_name,
     is_graph_output,
     is_onnx,
+    names_in_use,
     node_label,
     opset_of,
     take_output,
@@ -93,7 +94,7 @@ class FoldBatchNorm(Pass):
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
         opset = opset_of(graph)
-        names = {name for g in all_graphs(graph) for name in g.tensors()}
+        names = names_in_use(graph)
         found = 0
         for g in all_graphs(graph):
             node_ids = {id(n) for n in g.nodes}

@@ -31,7 +31,15 @@ import numpy as np
 import onnx_graphsurgeon as gs
 from onnx import TensorProto
 
-from graphfix.graph import all_graphs, constant_value, fresh_name, is_onnx, node_label, opset_of
+from graphfix.graph import (
+    all_graphs,
+    constant_value,
+    fresh_name,
+    is_onnx,
+    names_in_use,
+    node_label,
+    opset_of,
+)
 from graphfix.passes._noop_shapes import slice_params, squeeze_axes
 from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
 
@@ -75,7 +83,7 @@ class FoldReshapeTargets(Pass):
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
         opset = opset_of(graph)
-        names = {name for g in all_graphs(graph) for name in g.tensors()}
+        names = names_in_use(graph)
         candidates = 0
         for g in all_graphs(graph):
             for node in list(g.nodes):

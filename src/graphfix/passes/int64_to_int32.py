@@ -43,7 +43,15 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import all_graphs, fresh_name, is_onnx, node_label, opset_of, take_output
+from graphfix.graph import (
+    all_graphs,
+    fresh_name,
+    is_onnx,
+    names_in_use,
+    node_label,
+    opset_of,
+    take_output,
+)
 from graphfix.graph.rewire import constant_value
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
 
@@ -130,7 +138,7 @@ class Int64ToInt32(Pass):
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
         info = _analyse(graph)
-        names = {name for g in all_graphs(graph) for name in g.tensors()}
+        names = names_in_use(graph)
         names |= {n.name for g in all_graphs(graph) for n in g.nodes}
         inputs = {id(t) for t in graph.inputs}
         found = False

@@ -25,7 +25,7 @@ import onnx_graphsurgeon as gs
 from onnx import helper
 
 from graphfix.errors import GraphfixError
-from graphfix.graph import all_graphs, node_label, opset_of
+from graphfix.graph import all_graphs, names_in_use, node_label, opset_of
 from graphfix.passes import _unfuse_nchwc as nchwc
 from graphfix.passes._unfuse_emit import (
     Emitter,
@@ -89,7 +89,7 @@ class UnfuseContrib(Pass):
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
         opset = opset_of(graph)
-        names = {name for g in all_graphs(graph) for name in g.tensors()}
+        names = names_in_use(graph)
         for g in list(all_graphs(graph)):
             em = Emitter(g, opset, names)
             self._nchwc(g, em, result)
