@@ -101,3 +101,35 @@ def assert_skips(pass_: Pass, model, subject: str, reason: str) -> None:
     assert not result.counts
     assert [(n.subject, n.reason) for n in result.notes] == [(subject, reason)]
     assert fingerprint(graph) == snapshot
+
+
+# ----------------------------------------------------------------------------- model parts
+
+
+def init(name: str, array) -> onnx.TensorProto:
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def value(name: str, shape, elem: int = onnx.TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    return onnx.helper.make_tensor_value_info(name, elem, shape)
+
+
+def seeded(shape, dtype=np.float32, seed: int = 0) -> np.ndarray:
+    """Seeded N(0, 0.3^2) values: weights and constants of test models."""
+    return (np.random.default_rng(seed).standard_normal(shape) * 0.3).astype(dtype)
+
+
+def conv_branch(name: str, op: str, constant: np.ndarray, relu: bool) -> onnx.GraphProto:
+    """An If branch reading the outer `x` [1,3,8,8]: Conv(x, W[4,3,3,3]) -> op(., constant)
+    [-> Relu], output [1,4,6,6]; tensor names prefixed by `name`."""
+    inits = [init(f"{name}_W", seeded([4, 3, 3, 3], seed=len(name))), init(f"{name}_k", constant)]
+    nodes = [onnx.helper.make_node("Conv", ["x", f"{name}_W"], [f"{name}_c"], name=f"{name}_conv"),
+             onnx.helper.make_node(op, [f"{name}_c", f"{name}_k"], [f"{name}_e"],
+                                   name=f"{name}_{op.lower()}")]
+    out = f"{name}_e"
+    if relu:
+        nodes.append(onnx.helper.make_node("Relu", [out], [f"{name}_y"], name=f"{name}_relu"))
+        out = f"{name}_y"
+    return onnx.helper.make_graph(nodes, name, [], [value(out, [1, 4, 6, 6])], inits)

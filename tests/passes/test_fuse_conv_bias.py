@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from gfhelpers import assert_rewrites, assert_skips, build_model, output_types
+from gfhelpers import (
+    assert_rewrites,
+    assert_skips,
+    build_model,
+    conv_branch,
+    init,
+    output_types,
+    seeded,
+    value,
+)
 from onnx import TensorProto, helper, numpy_helper
 
 from graphfix.passes.fuse_conv_bias import FuseConvBias
@@ -16,19 +25,8 @@ FLOAT = TensorProto.FLOAT
 # ----------------------------------------------------------------------------- builders
 
 
-def _init(name: str, array: np.ndarray) -> onnx.TensorProto:
-    return numpy_helper.from_array(np.asarray(array), name)
-
-
-def _value(name: str, shape, elem=FLOAT) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
 _model = build_model
-
-
-def _rand(shape, dtype=np.float32, seed: int = 0) -> np.ndarray:
-    return (np.random.default_rng(seed).standard_normal(shape) * 0.3).astype(dtype)
+_init, _value, _rand = init, value, seeded
 
 
 def _conv_add(
@@ -137,15 +135,7 @@ def test_add_writing_a_graph_output_keeps_its_name():
 
 
 def _branch(name: str, relu: bool) -> onnx.GraphProto:
-    inits = [_init(f"{name}_W", _rand([4, 3, 3, 3], seed=len(name))),
-             _init(f"{name}_t", _rand([4, 1, 1], seed=7))]
-    nodes = [helper.make_node("Conv", ["x", f"{name}_W"], [f"{name}_c"], name=f"{name}_conv"),
-             helper.make_node("Add", [f"{name}_c", f"{name}_t"], [f"{name}_a"], name=f"{name}_add")]
-    out = f"{name}_a"
-    if relu:
-        nodes.append(helper.make_node("Relu", [out], [f"{name}_y"], name=f"{name}_relu"))
-        out = f"{name}_y"
-    return helper.make_graph(nodes, name, [], [_value(out, [1, 4, 6, 6])], inits)
+    return conv_branch(name, "Add", _rand([4, 1, 1], seed=7), relu)
 
 
 def test_fuses_inside_both_if_branches():

@@ -12,9 +12,13 @@ from gfhelpers import (
     assert_same_outputs,
     assert_skips,
     build_model,
+    conv_branch,
     feeds_for,
+    init,
     ops,
     output_types,
+    seeded,
+    value,
 )
 from onnx import TensorProto, helper, numpy_helper
 
@@ -27,19 +31,8 @@ FLOAT = TensorProto.FLOAT
 # ----------------------------------------------------------------------------- builders
 
 
-def _init(name: str, array: np.ndarray) -> onnx.TensorProto:
-    return numpy_helper.from_array(np.asarray(array), name)
-
-
-def _value(name: str, shape, elem=FLOAT) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
 _model = build_model
-
-
-def _rand(shape, dtype=np.float32, seed: int = 0) -> np.ndarray:
-    return (np.random.default_rng(seed).standard_normal(shape) * 0.3).astype(dtype)
+_init, _value, _rand = init, value, seeded
 
 
 def _scale(shape, dtype=np.float32, seed: int = 2) -> np.ndarray:
@@ -172,15 +165,7 @@ def test_mul_writing_a_graph_output_keeps_its_name():
 
 
 def _branch(name: str, relu: bool) -> onnx.GraphProto:
-    inits = [_init(f"{name}_W", _rand([4, 3, 3, 3], seed=len(name))),
-             _init(f"{name}_s", _scale([4, 1, 1], seed=7))]
-    nodes = [helper.make_node("Conv", ["x", f"{name}_W"], [f"{name}_c"], name=f"{name}_conv"),
-             helper.make_node("Mul", [f"{name}_c", f"{name}_s"], [f"{name}_m"], name=f"{name}_mul")]
-    out = f"{name}_m"
-    if relu:
-        nodes.append(helper.make_node("Relu", [out], [f"{name}_y"], name=f"{name}_relu"))
-        out = f"{name}_y"
-    return helper.make_graph(nodes, name, [], [_value(out, [1, 4, 6, 6])], inits)
+    return conv_branch(name, "Mul", _scale([4, 1, 1], seed=7), relu)
 
 
 def test_fuses_inside_both_if_branches():
