@@ -18,6 +18,11 @@ Modes: "strict" (FP32 vs rewritten FP32): ok per the dtype's tolerance in
 "auto": sqnr when the candidate has QuantizeLinear/DequantizeLinear and the reference
 has none. The numbers are defined in `_measure`, the origins in `_origins`.
 
+TensorRT: with `engine` (`check.engine`) the candidate runs in a TensorRT engine
+instead of onnxruntime. The tensors compared are those the engine keeps (fused ones
+read "fused by TensorRT"). Strict mode then uses `tolerances.ENGINE_FP32`, and auto
+mode picks sqnr for reduced-precision or prebuilt engines.
+
 Subgraphs: If branches are inlined per sample group (`_inline`), so a tensor inside
 a branch is compared and labelled with its path (`If 'sel'.then_branch > Conv 'c'`).
 Loop and Scan bodies are not compared; a note says how many tensors that leaves out.
@@ -31,6 +36,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -45,9 +51,12 @@ from graphfix.check._inline import (
 from graphfix.check._measure import Tally
 from graphfix.check._origins import ERROR_FLOOR, MIN_AMPLIFICATION, Origin, find_origins
 from graphfix.check._runs import Plan, SessionCache, plan_group, run_plan
-from graphfix.check.tolerances import Tolerance
+from graphfix.check.tolerances import ENGINE_FP32, Tolerance
 from graphfix.errors import GraphfixError
 from graphfix.graph.protos import graph_protos, walk_protos
+
+if TYPE_CHECKING:
+    from graphfix.check.engine import TrtEngine
 
 __all__ = ["ERROR_FLOOR", "MIN_AMPLIFICATION", "SCHEMA", "LayerwiseReport", "Origin",
            "TensorResult", "compare_layerwise"]
@@ -91,6 +100,7 @@ class LayerwiseReport:
     chunks: int
     notes: list[str] = field(default_factory=list)
     sqnr_threshold: float = 20.0
+    runtime: str = "onnxruntime"  # where the candidate ran: "onnxruntime" | "tensorrt"
 
     @property
     def passed(self) -> bool:
@@ -127,6 +137,7 @@ class LayerwiseReport:
         return _jsonable({
             "schema": SCHEMA,
             "mode": self.mode,
+            "runtime": self.runtime,
             "samples": self.samples,
             "chunks": self.chunks,
             "sqnr_threshold": self.sqnr_threshold,
@@ -151,19 +162,35 @@ def _jsonable(value):
     return value
 
 
-def resolve_mode(mode: str, reference: onnx.ModelProto, candidate: onnx.ModelProto) -> str:
-    """"auto" -> "sqnr" when only the candidate has Q/DQ, else "strict"."""
+def resolve_mode(mode: str, reference: onnx.ModelProto, candidate: onnx.ModelProto,
+                 engine: TrtEngine | None = None) -> str:
+    """"auto" -> "sqnr" when only the candidate has Q/DQ, or the candidate is an engine
+    of reduced or unknown precision (`TrtEngine.sqnr_by_default`); else "strict"."""
     if mode not in MODES:
         raise GraphfixError(f"Unknown comparison mode '{mode}'",
                             f"the modes are {', '.join(MODES)}",
                             "use strict for rewrites, sqnr for a quantized candidate, or auto")
     if mode != "auto":
         return mode
-
-    def has_qdq(model: onnx.ModelProto) -> bool:
-        return any(n.op_type in _QDQ for n, _, _ in walk_protos(model.graph))
-
+    if engine is not None and engine.sqnr_by_default:
+        return "sqnr"
     return "sqnr" if has_qdq(candidate) and not has_qdq(reference) else "strict"
+
+
+def has_qdq(model: onnx.ModelProto) -> bool:
+    """Whether any graph of the model has QuantizeLinear or DequantizeLinear."""
+    return any(n.op_type in _QDQ for n, _, _ in walk_protos(model.graph))
+
+
+def tensor_names(model: onnx.ModelProto) -> list[str]:
+    """The main graph's inputs and node outputs, in graph order: what an engine is asked
+    to expose. Tensors inside If/Loop bodies are left out: TensorRT forbids marking
+    them as outputs (NvInfer.h, markOutput), and marking them as debug tensors is
+    untried."""
+    inits = {t.name for t in model.graph.initializer}
+    names = [vi.name for vi in model.graph.input if vi.name not in inits]
+    names += [o for n in model.graph.node for o in n.output if o]
+    return list(dict.fromkeys(names))
 
 
 def compare_layerwise(
@@ -180,6 +207,7 @@ def compare_layerwise(
     progress: Callable[[str, int, int], None] | None = None,
     min_amplification: float = MIN_AMPLIFICATION,
     tolerance: Tolerance | None = None,
+    engine: TrtEngine | None = None,
 ) -> LayerwiseReport:
     """Compare every tensor the two models share on every sample (module docstring).
 
@@ -188,14 +216,18 @@ def compare_layerwise(
     that merged them away. `memory_budget` (bytes) bounds the activations one
     onnxruntime run exposes. `min_amplification` is the origin rule's factor
     (`_origins`). `tolerance` replaces the per-dtype tolerance of float tensors in strict
-    mode (`graphfix check --atol/--rtol`). Raises GraphfixError when there is no sample,
-    a model input has no data, or onnxruntime cannot run a model.
+    mode (`graphfix check --atol/--rtol`). `engine` (`check.engine.open_engine`): the
+    candidate runs in that TensorRT engine, `candidate` only names its tensors; the
+    caller closes it. Raises GraphfixError when there is no sample, a model input has
+    no data, or onnxruntime cannot run a model.
     """
     samples = [dict(feeds)] if isinstance(feeds, Mapping) else [dict(f) for f in feeds]
     if not samples:
         raise GraphfixError("No inputs to compare the models on", "the feeds are empty",
                             "give at least one feed dict {input name: array}")
-    mode = resolve_mode(mode, reference, candidate)
+    mode = resolve_mode(mode, reference, candidate, engine)
+    if engine is not None and mode == "strict" and tolerance is None:
+        tolerance = ENGINE_FP32
     cache = SessionCache(samples, renamed, providers)
     if progress and any(n.op_type == "If" for n in (*reference.graph.node,
                                                     *candidate.graph.node)):
@@ -204,15 +236,15 @@ def compare_layerwise(
                                list(range(len(samples))), cache)
     if progress and (len(groups) > 1 or groups[0].reference.model is not reference):
         progress("reading If conditions", len(samples), len(samples))
-    del cache
-    plans = [plan_group(g, samples, renamed, removed, memory_budget) for g in groups]
+    cache.close()
+    plans = [plan_group(g, samples, renamed, removed, memory_budget, engine) for g in groups]
     total = sum(len(p.chunks) for p in plans)
     tallies: dict[str, Tally] = {}
     done = 0
     for plan in plans:
         run_plan(plan, samples, tallies, renamed=renamed, mode=mode, threshold=sqnr_threshold,
-                 tolerance=tolerance,
-                 providers=providers, progress=progress, step=(done, total))
+                 tolerance=tolerance, providers=providers, progress=progress,
+                 step=(done, total), engine=engine)
         done += len(plan.chunks)
     producers = _merged_producers(plans)
     results = _results(reference, plans, tallies, producers, _quantized(candidate))
@@ -222,12 +254,15 @@ def compare_layerwise(
     outputs_ok = all(outputs[o.name].ok is True for o in reference.graph.output
                      if o.name in outputs)
     notes = _notes(reference, renamed, plans)
+    if engine is not None:
+        notes[:0] = [n for n in engine.notes if n not in notes]
     if first is not None and not origins:
         notes.append(f"no node amplifies the error {min_amplification:g}x or more: it grows "
                      "gradually; start at the first divergence, "
                      f"{first.node} ({first.name})")
     return LayerwiseReport(mode, len(samples), results, first, origins, outputs_ok, total,
-                           notes, sqnr_threshold)
+                           notes, sqnr_threshold,
+                           "tensorrt" if engine is not None else "onnxruntime")
 
 
 def _merged_producers(plans: Sequence[Plan]) -> dict[str, Producer]:

@@ -16,7 +16,9 @@ from graphfix.cli.common import EXIT_FAILED, console, user_errors
 def check_command(
     ctx: typer.Context,
     reference: Path = typer.Argument(..., help="The reference model (e.g. the FP32 original)."),
-    candidate: Path = typer.Argument(..., help="The model to check (rewritten, or Q/DQ INT8)."),
+    candidate: Path = typer.Argument(None, help="The model to check (rewritten, or Q/DQ "
+                                     "INT8), or a TensorRT engine (.engine/.plan/.trt); "
+                                     "with --trt it may be left out (REFERENCE is built)."),
     data: Path = typer.Option(None, "--data", help="Inputs: an .npz (input name -> array with "
                               "a leading sample axis), or anything `calibrate --data` takes."),
     data_key: str = typer.Option(None, "--data-key", help="The array to use in one .npz."),
@@ -37,29 +39,46 @@ def check_command(
     memory_budget: str = typer.Option(None, "--memory-budget", help="Activation memory one "
                                       "onnxruntime run may expose, e.g. 512MB."),
     providers: str = typer.Option("cpu", "--providers", help="onnxruntime providers."),
+    trt: bool = typer.Option(False, "--trt", help="Run CANDIDATE as a TensorRT engine built "
+                             "from it (needs tensorrt and a GPU; docs/check.md)."),
+    trt_precision: str = typer.Option("fp32", "--trt-precision", help="The engine's "
+                                      "precision: fp32 (TF32 off), fp16, bf16 or int8."),
+    trt_workspace: str = typer.Option(None, "--trt-workspace", help="TensorRT's workspace "
+                                      "limit, e.g. 2GB."),
     shown: int = typer.Option(15, "--show", min=1, help="Rows in each table."),
     as_json: Path = typer.Option(None, "--json", help="Write the full result as JSON here "
                                  "('-' for standard output)."),
 ) -> None:
     """Compare every tensor REFERENCE and CANDIDATE share, in topological order; name the
     first diverging tensor and the nodes where the error starts. Exit 1 when they differ."""
-    from graphfix import io, provenance
-    from graphfix.check.layerwise import compare_layerwise
+    from graphfix import provenance
+    from graphfix.check.layerwise import compare_layerwise, has_qdq, tensor_names
     from graphfix.check.samples import check_samples, tolerance_override
     from graphfix.sizes import parse_bytes
 
     with user_errors(ctx):
-        ref, cand = io.load(reference), io.load(candidate)
+        ref, cand, engine_spec = _models(reference, candidate, trt, trt_precision,
+                                         parse_bytes(trt_workspace) if trt_workspace else None)
         renamed, removed = provenance.read(cand)
         if report is not None:
             renamed, removed = _from_report(report)
         feeds = check_samples(ref, data, data_key, input_shape or [], samples, seed)
-        result = compare_layerwise(
-            ref, cand, feeds, renamed=renamed, removed=removed, mode=mode,
-            sqnr_threshold=sqnr, tolerance=tolerance_override(atol, rtol),
-            memory_budget=parse_bytes(memory_budget) if memory_budget else None,
-            providers=providers.split(","),
-        )
+        engine = None
+        if engine_spec is not None:
+            from graphfix.check.engine import open_engine
+
+            wanted = [renamed.get(t, t) for t in tensor_names(ref)]
+            engine = open_engine(engine_spec, wanted, feeds, has_qdq=has_qdq(cand))
+        try:
+            result = compare_layerwise(
+                ref, cand, feeds, renamed=renamed, removed=removed, mode=mode,
+                sqnr_threshold=sqnr, tolerance=tolerance_override(atol, rtol),
+                memory_budget=parse_bytes(memory_budget) if memory_budget else None,
+                providers=providers.split(","), engine=engine,
+            )
+        finally:
+            if engine is not None:
+                engine.close()
     exclude = _exclude_names(result, cand)
     if as_json is not None:
         data = result.to_json()
@@ -68,11 +87,33 @@ def check_command(
         if str(as_json) == "-":
             print(text)
         else:
+            from graphfix import io
+
             io.write_text_atomic(as_json, text + "\n")
     if str(as_json) != "-":
         _print(result, shown, exclude)
     if not result.passed:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _models(reference: Path, candidate: Path | None, trt: bool, precision: str,
+            workspace: int | None):
+    """(reference model, candidate model, EngineSpec or None). An engine file's tensors
+    are named by the reference; --trt without CANDIDATE builds REFERENCE."""
+    from graphfix import io
+    from graphfix.check.engine import EngineSpec, is_engine_path
+    from graphfix.errors import GraphfixError
+
+    if candidate is None and not trt:
+        raise GraphfixError("No model to check", "CANDIDATE is missing",
+                            "give CANDIDATE, or --trt to compare REFERENCE with the "
+                            "TensorRT engine built from it")
+    candidate = candidate or reference
+    ref = io.load(reference)
+    if is_engine_path(candidate):
+        return ref, ref, EngineSpec(candidate, precision, workspace)
+    cand = ref if candidate == reference else io.load(candidate)
+    return ref, cand, EngineSpec(candidate, precision, workspace) if trt else None
 
 
 def _from_report(path: Path) -> tuple[dict, dict]:
@@ -108,11 +149,15 @@ def _exclude_names(result, candidate) -> list[str]:
 
 
 def _print(result, shown: int, exclude: list[str]) -> None:
+    from graphfix.check.engine import FUSED
+
     compared = [t for t in result.tensors if t.status == "compared"]
     merged = [t for t in result.tensors if t.status.startswith("merged by")]
-    console.print(f"{result.mode} mode: {len(compared)} tensors compared over "
-                  f"{result.samples} sample(s) in {result.chunks} run(s); {len(merged)} merged "
-                  "by graphfix passes", markup=False)
+    fused = [t for t in result.tensors if t.status == FUSED]
+    console.print(f"{result.mode} mode ({result.runtime}): {len(compared)} tensors compared "
+                  f"over {result.samples} sample(s) in {result.chunks} run(s); {len(merged)} "
+                  "merged by graphfix passes" + (f", {len(fused)} fused by TensorRT"
+                                                  if fused else ""), markup=False)
     if result.mode == "sqnr":
         rows = result.sensitivity(shown)
         title = "quantization sensitivity (lowest SQNR first)"
