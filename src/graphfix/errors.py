@@ -30,3 +30,13 @@ class GraphfixError(Exception):
 
 class InternalError(Exception):
     """A bug in graphfix, not in the user's input."""
+
+
+def said(err: BaseException, last: bool = False) -> str:
+    """What a library's exception says, in one line for a GraphfixError's `why`: its
+    first (or `last`) non-empty line, at most 300 characters; the type's name when the
+    message is empty."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    if not lines:
+        return type(err).__name__
+    return (lines[-1] if last else lines[0])[:300]

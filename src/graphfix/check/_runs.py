@@ -36,7 +36,7 @@ from graphfix.check._inline import Group, exposed_session
 from graphfix.check._measure import Tally, common_dtype
 from graphfix.check.outputs import feeds_as_declared
 from graphfix.check.tolerances import Tolerance
-from graphfix.errors import GraphfixError
+from graphfix.errors import GraphfixError, said
 
 if TYPE_CHECKING:
     from graphfix.check.engine import TrtEngine
@@ -65,9 +65,8 @@ def model_feeds(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
 
 
 def run_error(which: str, err: Exception) -> GraphfixError:
-    lines = [ln for ln in str(err).splitlines() if ln.strip()] or [type(err).__name__]
     return GraphfixError(
-        f"onnxruntime cannot run the {which} model", f"it says: {lines[0][:300]}",
+        f"onnxruntime cannot run the {which} model", f"it says: {said(err)}",
         "a layer-wise check needs both models to run in onnxruntime; "
         "check that each runs on its own (graphfix doctor lists what it cannot)",
     )

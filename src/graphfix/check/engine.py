@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from graphfix.errors import GraphfixError
+from graphfix.errors import GraphfixError, said
 
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
@@ -334,9 +334,8 @@ def _activate(runner: Any) -> Any:
 
 
 def _engine_error(what: str, err: Exception) -> GraphfixError:
-    lines = [ln for ln in str(err).splitlines() if ln.strip()] or [type(err).__name__]
     return GraphfixError(
-        f"TensorRT could not {what}", f"it says: {lines[-1][:300]}",
+        f"TensorRT could not {what}", f"it says: {said(err, last=True)}",
         "run `graphfix doctor` on the model for what TensorRT rejects; a serialized engine "
         "must come from the TensorRT version installed here",
     )

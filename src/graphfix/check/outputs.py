@@ -21,6 +21,7 @@ from graphfix.check.compare import OutputDiff, compare_outputs
 from graphfix.check.inputs import DEFAULT_SEED, graph_inputs, load_feeds, random_feeds
 from graphfix.check.runtime import run_model
 from graphfix.check.tolerances import tolerance_table
+from graphfix.errors import said
 
 
 @dataclass
@@ -87,7 +88,7 @@ class OutputCheck:
         try:
             reference = run_model(model, feeds, providers)
         except Exception as err:  # onnxruntime raises many types; all mean "cannot run it"
-            reason = f"onnxruntime cannot run the input model: {_first_line(err)}"
+            reason = f"onnxruntime cannot run the input model: {said(err)}"
             return cls(feeds, None, reason, providers, used_seed, str(data or ""))
         return cls(feeds, reference, "", providers, used_seed, str(data or ""))
 
@@ -101,7 +102,7 @@ class OutputCheck:
         try:
             outputs = run_model(model, feeds_as_declared(model, self.feeds), self.providers)
         except Exception as err:
-            return CheckOutcome(False, error=f"onnxruntime cannot run it: {_first_line(err)}")
+            return CheckOutcome(False, error=f"onnxruntime cannot run it: {said(err)}")
         diffs = compare_outputs(self.reference, outputs)
         return CheckOutcome(all(d.ok for d in diffs), diffs)
 
@@ -131,8 +132,3 @@ def feeds_as_declared(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> d
         out[name] = value
     return out
 
-
-def _first_line(err: Exception) -> str:
-    text = str(err).strip() or type(err).__name__
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return lines[0][:300] if lines else type(err).__name__
