@@ -17,11 +17,13 @@ import pytest
 import trt_fakes
 from onnx import numpy_helper
 from test_layerwise import chain, copy, perturb, samples
+from test_layerwise_subgraphs import if_model, mixed_feeds, perturb_branch_weight
 from typer.testing import CliRunner
 
 from graphfix.check.engine import (
     FUSED,
     NOT_DEBUG,
+    NOT_MARKED,
     EngineSpec,
     TrtEngine,
     input_profile,
@@ -220,6 +222,21 @@ def test_a_debug_tensor_the_engine_does_not_return_is_not_comparable(tmp_path, m
     report = compare_layerwise(ref, ref, samples(ref, 1), engine=engine)
     assert report.tensor("r1").status == "not comparable (the engine returned no value)"
     assert report.tensor("r2").status == "compared" and report.passed
+
+
+def test_if_branch_tensors_are_not_marked_and_say_so(tmp_path, monkeypatch):
+    log = trt_fakes.install(monkeypatch)
+    ref = if_model()
+    bad = perturb_branch_weight(ref)
+    engine = _open(_save(tmp_path, "bad.onnx", bad), bad, mixed_feeds())
+    assert not any(name in ("ta", "tb", "tc", "t_out") for name in log.builds[-1])
+    report = compare_layerwise(ref, bad, mixed_feeds(), engine=engine)
+    engine.close()
+    # the branch's tensors were never asked for; conv1 + relu1 fused c1
+    assert report.tensor("tc").status == NOT_MARKED
+    assert report.tensor("c1").status == FUSED
+    # the error shows first at the If's output, which the engine keeps
+    assert report.first_divergence.name == "y" and not report.passed
 
 
 def test_inputs_are_cast_to_the_engine_input_type():

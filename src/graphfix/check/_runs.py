@@ -141,7 +141,7 @@ def plan_group(group: Group, samples: Sequence[Mapping[str, np.ndarray]],
             continue
         why = _static_mismatch(ref_info.get(t, (0, None))[0], cand_info.get(other, (0, None))[0])
         if engine is not None and _cand_runs(plan, other) and other not in engine.exposed:
-            plan.status[t] = engine.absent
+            plan.status[t] = engine.status(other)
         elif why:
             plan.status[t] = f"not comparable ({why})"
         else:

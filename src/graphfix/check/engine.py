@@ -59,6 +59,7 @@ ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 FUSED = "fused by TensorRT"
 NOT_DEBUG = "not a debug tensor of the engine"
+NOT_MARKED = "not marked in the engine (inside an If branch)"
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,14 @@ def is_engine_path(path: Path) -> bool:
 @dataclass
 class TrtEngine:
     """A running engine: `infer` returns the outputs and debug tensors of one sample.
-    `absent` is the status of a tensor the engine does not expose."""
+    `absent` is the status of a tensor it was asked for (`asked`; empty: every
+    tensor) and does not expose."""
 
     runner: Any
     exposed: frozenset[str]
     absent: str
     notes: list[str] = field(default_factory=list)
+    asked: frozenset[str] = frozenset()
     sqnr_by_default: bool = False  # precision unknown or reduced: judge by SQNR
     input_dtypes: dict[str, np.dtype] = field(default_factory=dict)
 
@@ -111,6 +114,10 @@ class TrtEngine:
             raise _engine_error("run", err) from None
         # TrtRunner may reuse its output buffers between runs: copy what is kept
         return {k: np.array(v, copy=True) for k, v in out.items() if k in self.exposed}
+
+    def status(self, name: str) -> str:
+        """Why tensor `name` is not compared, when the engine does not expose it."""
+        return self.absent if not self.asked or name in self.asked else NOT_MARKED
 
     def close(self) -> None:
         try:
@@ -167,7 +174,8 @@ def open_engine(spec: EngineSpec, wanted: Sequence[str],
         engine = _call("load the engine", ptrt.EngineFromBytes(BytesFromPath(str(spec.path))))
         exposed, notes = _file_exposed(engine, wanted)
         runner = _activate(ptrt.TrtRunner(engine))
-        return TrtEngine(runner, exposed, NOT_DEBUG, notes, sqnr_by_default=True)
+        return TrtEngine(runner, exposed, NOT_DEBUG, notes, frozenset(wanted),
+                         sqnr_by_default=True)
     if spec.precision not in PRECISIONS:
         raise GraphfixError(f"Unknown TensorRT precision '{spec.precision}'",
                             f"the precisions are {', '.join(PRECISIONS)}",
@@ -194,7 +202,7 @@ def open_engine(spec: EngineSpec, wanted: Sequence[str],
                          f"layers before, {len(after)} after): the engine compared is not "
                          "exactly the one built without them")
     runner = _activate(ptrt.TrtRunner(engine))
-    return TrtEngine(runner, frozenset(io | set(mark)), FUSED, notes,
+    return TrtEngine(runner, frozenset(io | set(mark)), FUSED, notes, frozenset(wanted),
                      sqnr_by_default=spec.precision != "fp32")
 
 
