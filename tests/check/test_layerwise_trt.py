@@ -319,4 +319,6 @@ def test_cli_without_tensorrt_or_candidate_exits_2(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorrt", None)
     out = cli.invoke(app, ["check", str(ref_path), "--trt"])
     assert out.exit_code == 2 and "tensorrt is not installed" in out.output
+    gone = cli.invoke(app, ["check", str(ref_path), str(tmp_path / "gone.plan")])
+    assert gone.exit_code == 2 and "gone.plan does not exist" in gone.output
     assert ref_path.read_bytes() == before

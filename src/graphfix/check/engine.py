@@ -162,12 +162,12 @@ def open_engine(spec: EngineSpec, wanted: Sequence[str],
     not installed, the file is not there, or TensorRT cannot build or load it."""
     from graphfix.trt.matrix import import_tensorrt  # lazy: most checks need no TensorRT
 
-    trt = import_tensorrt("compare against a TensorRT engine")
-    from polygraphy.backend import trt as ptrt  # after tensorrt: polygraphy imports it lazily
-
     if not spec.path.is_file():
         raise GraphfixError(f"{spec.path} does not exist", "the candidate must be a file",
                             "give an ONNX model or a serialized TensorRT engine")
+    trt = import_tensorrt("compare against a TensorRT engine")
+    from polygraphy.backend import trt as ptrt  # after tensorrt: polygraphy imports it lazily
+
     if spec.is_engine_file:
         from polygraphy.backend.common import BytesFromPath
 

@@ -149,7 +149,8 @@ def import_tensorrt(purpose: str) -> Any:
         raise GraphfixError(
             f"cannot {purpose}: tensorrt is not installed",
             str(err),
-            "install TensorRT 8.6-10.x (pip install graphfix[trt])",
+            "install TensorRT 8.6 or newer (pip install 'graphfix[trt]'); running an "
+            "engine also needs an NVIDIA GPU",
         ) from None
     return tensorrt
 
