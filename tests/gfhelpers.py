@@ -133,3 +133,31 @@ def conv_branch(name: str, op: str, constant: np.ndarray, relu: bool) -> onnx.Gr
         nodes.append(onnx.helper.make_node("Relu", [out], [f"{name}_y"], name=f"{name}_relu"))
         out = f"{name}_y"
     return onnx.helper.make_graph(nodes, name, [], [value(out, [1, 4, 6, 6])], inits)
+
+
+
+def conv_skip_case(op: str, other: str, constant: np.ndarray, case: str) -> onnx.ModelProto:
+    """x[1,3,8,8] -> Conv 'conv'(W) -> c -> op 'name'(c, `other`) -> y, changed by `case`:
+    c also read by a Relu; c also a graph output; `other` a graph input; W a graph input;
+    the Conv with a bias 'b' that is a graph input."""
+    inits = [init("W", seeded([4, 3, 3, 3])), init(other, constant)]
+    inputs, outputs = [value("x", [1, 3, 8, 8])], [value("y", None)]
+    nodes = [onnx.helper.make_node("Conv", ["x", "W"], ["c"], name="conv"),
+             onnx.helper.make_node(op, ["c", other], ["y"], name=op.lower())]
+    if case == "second-reader":
+        nodes.append(onnx.helper.make_node("Relu", ["c"], ["r"], name="relu"))
+        outputs.append(value("r", None))
+    elif case == "conv-output-is-graph-output":
+        outputs.append(value("c", None))
+    elif case == "other-input":
+        inits = inits[:1]
+        inputs.append(value(other, list(constant.shape)))
+    elif case == "weights-input":
+        inits = inits[1:]
+        inputs.append(value("W", [4, 3, 3, 3]))
+    elif case == "conv-bias-input":
+        nodes[0] = onnx.helper.make_node("Conv", ["x", "W", "b"], ["c"], name="conv")
+        inputs.append(value("b", [4]))
+    else:
+        raise ValueError(case)
+    return build_model(nodes, inputs, outputs, inits)

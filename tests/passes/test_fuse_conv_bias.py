@@ -10,6 +10,7 @@ from gfhelpers import (
     assert_skips,
     build_model,
     conv_branch,
+    conv_skip_case,
     init,
     output_types,
     seeded,
@@ -252,32 +253,14 @@ def test_skips_conv_constant_with_reason(case):
 
 
 def _graph_case(case: str) -> onnx.ModelProto:
-    inits = [_init("W", _rand([4, 3, 3, 3])), _init("t", _rand([4, 1, 1], seed=2))]
-    inputs, outputs = [_value("x", [1, 3, 8, 8])], [_value("y", None)]
-    conv = helper.make_node("Conv", ["x", "W"], ["c"], name="conv")
-    nodes = [conv, helper.make_node("Add", ["c", "t"], ["y"], name="add")]
-    if case == "second-reader":
-        nodes.append(helper.make_node("Relu", ["c"], ["r"], name="relu"))
-        outputs.append(_value("r", None))
-    elif case == "conv-output-is-graph-output":
-        outputs.append(_value("c", None))
-    elif case == "bias-input":
-        inits = inits[:1]
-        inputs.append(_value("t", [4, 1, 1]))
-    elif case == "weights-input":
-        inits = inits[1:]
-        inputs.append(_value("W", [4, 3, 3, 3]))
-    elif case == "conv-bias-input":
-        nodes[0] = helper.make_node("Conv", ["x", "W", "b"], ["c"], name="conv")
-        inputs.append(_value("b", [4]))
-    return _model(nodes, inputs, outputs, inits)
+    return conv_skip_case("Add", "t", _rand([4, 1, 1], seed=2), case)
 
 
 GRAPH_SKIPS = {
     "second-reader": "the Conv output is also read by another node, which needs it without the Add",
     "conv-output-is-graph-output": "the Conv output is itself a graph output, "
                                    "so it must keep its values",
-    "bias-input": "its other input 't' is not a constant",
+    "other-input": "its other input 't' is not a constant",
     "weights-input": "the Conv weights are not a constant",
     "conv-bias-input": "the Conv bias is not a constant",
 }

@@ -13,6 +13,7 @@ from gfhelpers import (
     assert_skips,
     build_model,
     conv_branch,
+    conv_skip_case,
     feeds_for,
     init,
     ops,
@@ -241,34 +242,16 @@ def test_skips_division_by_zero():
 
 
 def _graph_case(case: str) -> onnx.ModelProto:
-    inits = [_init("W", _rand([4, 3, 3, 3])), _init("s", _scale([4, 1, 1]))]
-    inputs, outputs = [_value("x", [1, 3, 8, 8])], [_value("y", None)]
-    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], name="conv"),
-             helper.make_node("Mul", ["c", "s"], ["y"], name="mul")]
-    if case == "second-reader":
-        nodes.append(helper.make_node("Relu", ["c"], ["r"], name="relu"))
-        outputs.append(_value("r", None))
-    elif case == "conv-output-is-graph-output":
-        outputs.append(_value("c", None))
-    elif case == "scale-input":
-        inits = inits[:1]
-        inputs.append(_value("s", [4, 1, 1]))
-    elif case == "weights-input":
-        inits = inits[1:]
-        inputs.append(_value("W", [4, 3, 3, 3]))
-    elif case == "bias-input":
-        nodes[0] = helper.make_node("Conv", ["x", "W", "b"], ["c"], name="conv")
-        inputs.append(_value("b", [4]))
-    return _model(nodes, inputs, outputs, inits)
+    return conv_skip_case("Mul", "s", _scale([4, 1, 1]), case)
 
 
 GRAPH_SKIPS = {
     "second-reader": "the Conv output is also read by another node, which needs it without the Mul",
     "conv-output-is-graph-output": "the Conv output is itself a graph output, "
                                    "so it must keep its values",
-    "scale-input": "its other input 's' is not a constant",
+    "other-input": "its other input 's' is not a constant",
     "weights-input": "the Conv weights are not a constant",
-    "bias-input": "the Conv bias is not a constant",
+    "conv-bias-input": "the Conv bias is not a constant",
 }
 
 
