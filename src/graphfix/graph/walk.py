@@ -95,7 +95,7 @@ def _tensor_key(t: gs.Tensor) -> tuple:
     shape = tuple(t.shape) if t.shape is not None else None
     if isinstance(t, gs.Constant):
         return (id(t), t.name, id(t._values), shape)
-    return (id(t), t.name, str(t.dtype), shape)
+    return (id(t), t.name, t.dtype, shape)  # compared with ==: a dtype or its type
 
 
 def _attr_key(value: Any) -> Any:

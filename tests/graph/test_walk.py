@@ -1,0 +1,59 @@
+"""graph.walk.fingerprint: what counts as an edit (the manager verifies only passes whose
+fingerprint changed, so a missed edit would skip a numeric check)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+import pytest
+
+from graphfix.graph.walk import all_graphs, count_nodes, fingerprint
+
+
+def _graph() -> gs.Graph:
+    x = gs.Variable("x", np.float32, (1, 4))
+    w = gs.Constant("w", np.ones((4, 4), np.float32))
+    y = gs.Variable("y", np.float32, (1, 4))
+    node = gs.Node("MatMul", "mm", inputs=[x, w], outputs=[y])
+    then = gs.Graph(nodes=[gs.Node("Identity", "inner", inputs=[y],
+                                   outputs=[gs.Variable("t", np.float32, (1, 4))])],
+                    outputs=[], name="then")
+    branch = gs.Node("If", "sel", attrs={"then_branch": then, "else_branch": then},
+                     inputs=[gs.Variable("c", np.bool_, ())],
+                     outputs=[gs.Variable("o", np.float32, (1, 4))])
+    return gs.Graph(nodes=[node, branch], inputs=[x], outputs=[y], opset=17)
+
+
+EDITS = {
+    "dtype": lambda g: setattr(g.nodes[0].outputs[0], "dtype", np.float16),
+    "shape": lambda g: setattr(g.nodes[0].outputs[0], "shape", (2, 4)),
+    "name": lambda g: setattr(g.nodes[0].outputs[0], "name", "z"),
+    "values": lambda g: setattr(g.nodes[0].inputs[1], "values", np.zeros((4, 4), np.float32)),
+    "attr": lambda g: g.nodes[0].attrs.update(alpha=1.0),
+    "op": lambda g: setattr(g.nodes[0], "op", "Gemm"),
+    "subgraph node": lambda g: setattr(g.nodes[1].attrs["then_branch"].nodes[0], "op", "Neg"),
+    "opset": lambda g: setattr(g, "opset", 18),
+    "graph output": lambda g: g.outputs.append(g.nodes[1].outputs[0]),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_every_kind_of_edit_changes_the_fingerprint(edit):
+    graph = _graph()
+    before = fingerprint(graph)
+    EDITS[edit](graph)
+    assert fingerprint(graph) != before
+
+
+def test_no_edit_and_an_equal_dtype_spelling_keep_it():
+    graph = _graph()
+    before = fingerprint(graph)
+    assert fingerprint(graph) == before
+    graph.nodes[0].outputs[0].dtype = np.dtype("float32")  # np.float32 spelled as a dtype
+    assert fingerprint(graph) == before
+
+
+def test_all_graphs_and_count_nodes_include_if_branches():
+    graph = _graph()
+    assert [g.name for g in all_graphs(graph)] == [graph.name, "then", "then"]
+    assert count_nodes(graph) == 4
