@@ -136,6 +136,18 @@ def conv_branch(name: str, op: str, constant: np.ndarray, relu: bool) -> onnx.Gr
 
 
 
+def if_of_conv_branches(op: str, constant: np.ndarray) -> tuple[onnx.ModelProto, list[dict]]:
+    """If 'if'(cond) over x [1,3,8,8]: then = Conv -> op(constant) -> Relu, else = Conv ->
+    op(constant) (`conv_branch`); with feeds taking each branch once."""
+    node = onnx.helper.make_node("If", ["cond"], ["y"], name="if",
+                                 then_branch=conv_branch("then", op, constant, True),
+                                 else_branch=conv_branch("else", op, constant, False))
+    inputs = [value("x", [1, 3, 8, 8]), value("cond", [], onnx.TensorProto.BOOL)]
+    model = build_model([node], inputs, [value("y", [1, 4, 6, 6])], [])
+    x = np.random.default_rng(1).standard_normal([1, 3, 8, 8]).astype(np.float32)
+    return model, [{"x": x, "cond": np.array(c)} for c in (True, False)]
+
+
 def conv_skip_case(op: str, other: str, constant: np.ndarray, case: str) -> onnx.ModelProto:
     """x[1,3,8,8] -> Conv 'conv'(W) -> c -> op 'name'(c, `other`) -> y, changed by `case`:
     c also read by a Relu; c also a graph output; `other` a graph input; W a graph input;

@@ -12,9 +12,9 @@ from gfhelpers import (
     assert_same_outputs,
     assert_skips,
     build_model,
-    conv_branch,
     conv_skip_case,
     feeds_for,
+    if_of_conv_branches,
     init,
     ops,
     output_types,
@@ -165,17 +165,8 @@ def test_mul_writing_a_graph_output_keeps_its_name():
     assert output_types(out) == [("features", FLOAT)]
 
 
-def _branch(name: str, relu: bool) -> onnx.GraphProto:
-    return conv_branch(name, "Mul", _scale([4, 1, 1], seed=7), relu)
-
-
 def test_fuses_inside_both_if_branches():
-    node = helper.make_node("If", ["cond"], ["y"], name="if",
-                            then_branch=_branch("then", True), else_branch=_branch("else", False))
-    model = _model([node], [_value("x", [1, 3, 8, 8]), _value("cond", [], TensorProto.BOOL)],
-                   [_value("y", [1, 4, 6, 6])], [])
-    x = np.random.default_rng(1).standard_normal([1, 3, 8, 8]).astype(np.float32)
-    feed_sets = [{"x": x, "cond": np.array(c)} for c in (True, False)]
+    model, feed_sets = if_of_conv_branches("Mul", _scale([4, 1, 1], seed=7))
     out = _assert_fuses(model, ["If"], {"fused Mul into Conv weights": 2}, feed_sets)
     branches = {a.name: [n.op_type for n in a.g.node] for a in out.graph.node[0].attribute}
     assert branches == {"then_branch": ["Conv", "Relu"], "else_branch": ["Conv"]}
