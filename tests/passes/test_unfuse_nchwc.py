@@ -390,3 +390,63 @@ def test_real_model_region_made_by_onnxruntime(tmp_path, shared_model):
     feeds = _feeds(model, input=[1, 3, 224, 224])
     # The outputs peak at ~2.7e-2, so bound the error by that scale; measured 9e-9.
     assert_same_outputs(model, out, feeds, rtol=1e-4, atol=1e-7)
+
+
+def _padded_input(block: int, residual: bool):
+    """ReorderInput of 20 channels (zero-padded to Cpad = 24 for B=8, 32 for B=16) read by a
+    Conv whose weights carry zero input channels up to Cpad, as MLAS stores them; with
+    `residual`, the padded tensor is also the Conv's Sum input, so it must be padded."""
+    c, cpad = 20, -(-20 // block) * block
+    out = c if residual else 16
+    w = _weights(1, out, c, 3, 3)
+    w_pad = np.concatenate([w, np.zeros((out, cpad - c, 3, 3), np.float32)], axis=1)
+    if residual:  # Sum needs Cpad output channels too: zero rows, as MLAS pads them
+        w_pad = np.concatenate([w_pad, np.zeros((cpad - out, cpad, 3, 3), np.float32)])
+    kw, pads = {"domain": NCHWC}, [1, 1, 1, 1]
+    extra = ["", "t"] if residual else []
+    model = _model([
+        n("ReorderInput", ["x"], ["t"], "ri", **kw),
+        n("Conv", ["t", "w", *extra], ["k"], "conv", pads=pads, activation="Relu", **kw),
+        n("ReorderOutput", ["k"], ["y"], "ro", channels=out, **kw),
+    ], [_vi("x", [1, c, 5, 5])], [_vi("y", [1, out, 5, 5])],
+        [numpy_helper.from_array(_block(w_pad, "BiBo", block), "w")])
+    tail = [n("Add", ["k", "x"], ["s"]), n("Relu", ["s"], ["y"])] if residual else [
+        n("Relu", ["k"], ["y"])]
+    standard = _model([n("Conv", ["x", "w"], ["k"], pads=pads), *tail],
+                      [_vi("x", [1, c, 5, 5])], [_vi("y", [1, out, 5, 5])],
+                      [numpy_helper.from_array(w, "w")], domains=())
+    return model, standard
+
+
+@pytest.mark.parametrize("block", [8, 16])
+def test_reorder_input_padding_is_cut_from_the_weights(block):
+    """AVX-512 (B=16) pads 120 channels to 128 in MobileNetV3; any B is forced here."""
+    model, standard = _padded_input(block, residual=False)
+    out, result = _run(model)
+    assert result.notes == []
+    assert result.counts["removed ReorderInput (readers' padded input channels cut)"] == 1
+    assert ops(out) == ["Conv", "Relu"]
+    conv = next(x for x in out.graph.node if x.op_type == "Conv")
+    weights = next(i for i in out.graph.initializer if i.name == conv.input[1])
+    assert list(weights.dims) == [16, 20, 3, 3]
+    assert_same_outputs(standard, out, _feeds(model, x=[1, 20, 5, 5]))
+    assert_idempotent(UnfuseContrib(), out)
+
+
+@pytest.mark.parametrize("block", [8, 16])
+def test_reorder_input_padding_read_as_a_sum_becomes_a_pad(block):
+    model, standard = _padded_input(block, residual=True)
+    out, result = _run(model)
+    assert result.notes == []
+    assert result.counts["rewrote ReorderInput as Pad"] == 1
+    assert ops(out) == ["Pad", "Conv", "Add", "Relu", "Slice"]
+    assert_same_outputs(standard, out, _feeds(model, x=[1, 20, 5, 5]))
+    assert_idempotent(UnfuseContrib(), out)
+
+
+def test_reorder_input_whose_channels_cannot_be_told_is_left_alone():
+    model, _ = _padded_input(16, residual=False)
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "c"
+    _assert_skips(model, "ReorderInput 'ri'", "3 NCHWc nodes left in place: the number of "
+                  "channels it reads cannot be told from the graph (it pads them to a multiple "
+                  "of the block size); run shape inference on the model first")

@@ -11,9 +11,16 @@ ops on equal shapes and a concat of whole blocks do not depend on the layout), a
 a Reshape pair [0,-1,0,0,B] ... [0,-1,0,0] gives a broadcasting Add a 5-D view.
 
 Every blocked tensor is read back as the plain NCHW tensor with Cpad channels (the
-padding channels never reach an output: ReorderOutput crops them)::
+padding channels never reach an output: ReorderOutput crops them). ReorderInput pads a
+tensor of c channels with zeros up to Cpad, so where c is not a multiple of B (120
+channels with B=16) the plain rewrite must pad too, or cut the padded input channels
+from the weights of the Convs that read it (zeros times zero-padded weights add
+nothing)::
 
     ReorderInput(x)              -> x               (channels_last=1: Transpose(x, [0,3,1,2]))
+                                    then Pad(zeros, channels c -> Cpad) when c % B != 0;
+                                    no Pad when every reader is a group-1 Conv: its
+                                    weights' zero-padded input channels are cut instead
     ReorderOutput(t, channels=c) -> Slice(t, [0], [c], axes=[1]) if Cpad != c, else t
                                     (channels_last=1: then Transpose [0,2,3,1])
     nchwc.Conv(x, Wb, b, sum)    -> act(Conv(x, unblock(Wb), b) + sum)
@@ -60,7 +67,11 @@ _POOLS = ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")
 _KNOWN = ("ReorderInput", "ReorderOutput", "Conv", "Upsample", *_POOLS)
 _ELEMENTWISE = ("Relu", "Sigmoid", "Tanh", "Add", "Sum", "Mul")
 BLOCKED, SPLIT = "blocked", "split"
-Rule = tuple[str, Callable[[int], bool]]  # a condition on the block size, and where it comes from
+# A condition on the block size, and where it comes from (a text, or the text for a given B).
+Rule = tuple[str | Callable[[int], str], Callable[[int], bool]]
+Channels = Callable[[int], int]  # Cpad of a blocked tensor, given the block size
+_SAME_CHANNELS = (*_ELEMENTWISE, "Div", "Sub", "Clip", "HardSigmoid", "HardSwish", "LeakyRelu",
+                  "Identity", "GlobalAveragePool", "GlobalMaxPool", "MaxPool", "AveragePool")
 AMBIGUOUS = (
     "the NCHWc block size cannot be told from this graph: 8 (AVX2) and 16 (AVX-512, "
     "ARM64) both fit, and its weights read differently under each; run with "
@@ -94,7 +105,9 @@ class Region:
     rules: list[Rule] = field(default_factory=list)
     kinds: dict[int, str] = field(default_factory=dict)  # id(conv) -> "BiBo" | "Bo"
     acts: dict[int, Activation | None] = field(default_factory=dict)
-    cpads: dict[int, int | None] = field(default_factory=dict)  # id(ReorderOutput) -> Cpad
+    cpads: dict[int, Channels | None] = field(default_factory=dict)  # id(ReorderOutput) -> Cpad
+    plain: dict[int, int] = field(default_factory=dict)  # id(ReorderInput) -> channels it reads
+    trim: dict[int, int] = field(default_factory=dict)  # id(Conv) -> input channels to keep
     layout_free: bool = True  # the weights read the same under every block size
     block: int = 0
 
@@ -183,26 +196,51 @@ def _reader_kind(reader: gs.Node, kind: str, region: Region) -> str:
     raise _Skip(reader, "it reads a tensor in NCHWc layout, and its result depends on that layout")
 
 
-def _channels(tensor: gs.Tensor, memo: dict[int, int | None]) -> int | None:
-    """Cpad, the channel count of a tensor in NCHWc layout, when the graph tells it."""
+def _channels(tensor: gs.Tensor, memo: dict[int, Channels | None]) -> Channels | None:
+    """Cpad of a tensor in NCHWc layout as a function of B, when the graph tells it."""
     if id(tensor) in memo:
         return memo[id(tensor)]
     memo[id(tensor)] = None
-    found = None
+    found: Channels | None = None
     producer = tensor.inputs[0] if len(tensor.inputs) == 1 else None
     if producer is not None and is_nchwc(producer) and producer.op == "Conv":
-        found = _dims(producer.inputs[1])[0] if _dims(producer.inputs[1]) else None
+        dims = _dims(producer.inputs[1])
+        found = (lambda b, out=dims[0]: out) if dims else None
     elif producer is not None and is_nchwc(producer) and producer.op == "ReorderInput":
-        dims = _dims(producer.inputs[0])
-        if dims and len(dims) >= 2:
-            found = dims[-1] if int(producer.attrs.get("channels_last", 0)) else dims[1]
+        c = plain_channels(producer.inputs[0], int(producer.attrs.get("channels_last", 0)))
+        found = (lambda b, c=c: -(-c // b) * b) if c is not None else None
     elif producer is not None and is_onnx(producer, "Concat"):
         parts = [_channels(t, memo) for t in producer.inputs]
-        found = sum(parts) if parts and None not in parts else None
+        if parts and None not in parts:
+            found = lambda b, parts=parts: sum(p(b) for p in parts)  # noqa: E731
     elif producer is not None:
         found = next((c for t in producer.inputs if (c := _channels(t, memo)) is not None), None)
     memo[id(tensor)] = found
     return found
+
+
+def plain_channels(tensor: gs.Tensor, channels_last: int = 0, depth: int = 0) -> int | None:
+    """The channel count of a plain (NCHW, or NHWC with `channels_last`) tensor: from its
+    shape, else from the ReorderOutput, Conv or channel-keeping ops that made it."""
+    dims = tensor.shape
+    if dims is not None and len(dims) == 4:
+        c = dims[3 if channels_last else 1]
+        if isinstance(c, (int, np.integer)) and c > 0:
+            return int(c)
+    producer = tensor.inputs[0] if len(tensor.inputs) == 1 and depth < 64 else None
+    if producer is None:
+        return None
+    if is_nchwc(producer) and producer.op == "ReorderOutput":
+        same = int(producer.attrs.get("channels_last", 0)) == channels_last
+        return int(producer.attrs.get("channels", 0)) or None if same else None
+    if is_onnx(producer, "Conv") and not channels_last and len(producer.inputs) > 1:
+        weights = _dims(producer.inputs[1])
+        return weights[0] if weights else None
+    if is_onnx(producer, *_SAME_CHANNELS):
+        found = (plain_channels(t, channels_last, depth + 1) for t in producer.inputs
+                 if t.shape is None or len(t.shape) == 4)
+        return next((c for c in found if c is not None), None)
+    return None
 
 
 def _dims(tensor: gs.Tensor) -> list[int] | None:
@@ -224,10 +262,12 @@ def _check(node: gs.Node, region: Region, opset: int) -> None:
     if node.op == "ReorderInput":
         if x_kind is not None:
             raise _Skip(node, "its input is already in NCHWc layout")
-        dims = _dims(x)
-        if dims and len(dims) >= 2:
-            c = dims[-1] if int(node.attrs.get("channels_last", 0)) else dims[1]
-            region.rules.append((f"{label} blocks {c} channels", lambda b, c=c: c % b == 0))
+        c = plain_channels(x, int(node.attrs.get("channels_last", 0)))
+        if c is None:
+            raise _Skip(node, "the number of channels it reads cannot be told from the graph "
+                        "(it pads them to a multiple of the block size); run shape inference "
+                        "on the model first")
+        region.plain[id(node)] = c
         return
     if node.op == "Conv":
         _check_conv(node, region, x_kind, opset)
@@ -241,8 +281,8 @@ def _check(node: gs.Node, region: Region, opset: int) -> None:
             raise _Skip(node, "it has no positive channels attribute")
         region.cpads[id(node)] = cpad
         if cpad is not None:
-            region.rules.append((f"{label} crops {cpad} channels to {channels}",
-                                 lambda b, p=cpad, c=channels: p == -(-c // b) * b))
+            region.rules.append((lambda b, p=cpad: f"{label} crops {p(b)} channels to {channels}",
+                                 lambda b, p=cpad, c=channels: p(b) == -(-c // b) * b))
     elif node.op == "Upsample":
         scales = list(node.attrs.get("scales", []) or [])
         if opset < 11:
@@ -250,7 +290,8 @@ def _check(node: gs.Node, region: Region, opset: int) -> None:
         if len(scales) != 4 or any(int(s) <= 0 for s in scales):
             raise _Skip(node, "its scales attribute is not 4 positive integers")
     elif cpad is not None:
-        region.rules.append((f"{label} pools {cpad} channels", lambda b, p=cpad: p % b == 0))
+        region.rules.append((lambda b, p=cpad: f"{label} pools {p(b)} channels",
+                             lambda b, p=cpad: p(b) % b == 0))
 
 
 def _check_conv(node: gs.Node, region: Region, x_kind: str | None, opset: int) -> None:
@@ -275,6 +316,10 @@ def _check_conv(node: gs.Node, region: Region, x_kind: str | None, opset: int) -
     elif x_kind == BLOCKED:
         kind = "BiBo"
         rules.append((f"{label} reads {inp} channels per group in blocks", lambda b: inp % b == 0))
+        cpad = _channels(node.inputs[0], {})
+        if cpad is not None:
+            rules.append((lambda b: f"{label} reads {inp * group} of {cpad(b)} channels",
+                          lambda b: inp * group == cpad(b)))
         if group > 1:
             rules.append((f"{label} has {out // group} output channels per group",
                           lambda b: (out // group) % b == 0))
@@ -290,7 +335,8 @@ def _check_conv(node: gs.Node, region: Region, x_kind: str | None, opset: int) -
 
 def _choose_block(region: Region, option: int) -> int:
     candidates = (option,) if option else BLOCKS
-    fails = {b: [why for why, holds in region.rules if not holds(b)] for b in candidates}
+    fails = {b: [why(b) if callable(why) else why for why, holds in region.rules if not holds(b)]
+             for b in candidates}
     fits = [b for b in candidates if not fails[b]]
     first = region.nodes[0]
     if option and not fits:
@@ -331,7 +377,7 @@ def rewrite(g: gs.Graph, region: Region, em: Emitter) -> Counter[str]:
             replace_with_chain(em, node, _resize(node, em), [])
             counts["rewrote NCHWc Upsample as Resize"] += 1
         elif node.op == "ReorderInput":
-            counts[_reorder_input(g, node, em)] += 1
+            counts[_reorder_input(g, node, region, em)] += 1
         else:
             counts[_reorder_output(g, node, region, em)] += 1
     for reshape in region.reshapes:
@@ -344,9 +390,11 @@ def rewrite(g: gs.Graph, region: Region, em: Emitter) -> Counter[str]:
 
 def _rewrite_conv(node: gs.Node, region: Region, em: Emitter, unblocked: dict) -> None:
     x, weights = node.inputs[0], node.inputs[1]
-    key = (id(weights), region.kinds[id(node)])
+    key = (id(weights), region.kinds[id(node)], region.trim.get(id(node)))
     if key not in unblocked:
         value = unblock(constant_value(weights), key[1], region.block)
+        if key[2] is not None:  # the reader of a ReorderInput that padded its channels
+            value = np.ascontiguousarray(value[:, : key[2]])
         unblocked[key] = em.const(f"{weights.name}_oihw", value)
     inputs = [x, unblocked[key]]
     if len(node.inputs) > 2 and not node.inputs[2].is_empty():
@@ -372,18 +420,49 @@ def _resize(node: gs.Node, em: Emitter) -> Step:
     return "Resize", [node.inputs[0], gs.Variable.empty(), scales], attrs
 
 
-def _reorder_input(g: gs.Graph, node: gs.Node, em: Emitter) -> str:
-    if int(node.attrs.get("channels_last", 0)):
-        replace_with_chain(em, node, ("Transpose", [node.inputs[0]], {"perm": [0, 3, 1, 2]}), [])
-        return "rewrote ReorderInput as Transpose"
-    bypass(g, node)
-    return "removed ReorderInput"
+def _reorder_input(g: gs.Graph, node: gs.Node, region: Region, em: Emitter) -> str:
+    c = region.plain[id(node)]
+    pad = -(-c // region.block) * region.block - c
+    channels_last = int(node.attrs.get("channels_last", 0))
+    steps: list[Step] = []
+    if channels_last:
+        steps.append(("Transpose", [], {"perm": [0, 3, 1, 2]}))
+    if pad and _trimmable(node.outputs[0], region):
+        for reader in node.outputs[0].outputs:
+            region.trim[id(reader)] = c
+    elif pad:
+        steps.append(_channel_pad(node, pad, em))
+    if not steps:
+        bypass(g, node)
+        return "removed ReorderInput" + (" (readers' padded input channels cut)" if pad else "")
+    first_op, first_extra, first_attrs = steps[0]
+    replace_with_chain(em, node, (first_op, [node.inputs[0], *first_extra], first_attrs), steps[1:])
+    return "rewrote ReorderInput as " + " + ".join(op for op, _, _ in steps)
+
+
+def _trimmable(tensor: gs.Tensor, region: Region) -> bool:
+    """Every reader is a group-1 NCHWc Conv reading `tensor` as its data input only."""
+    return all(
+        is_nchwc(r) and r.op == "Conv" and region.kinds.get(id(r)) == "BiBo"
+        and int(r.attrs.get("group", 1)) == 1 and r.inputs[0] is tensor
+        and all(t is not tensor for t in r.inputs[1:])
+        for r in tensor.outputs
+    )
+
+
+def _channel_pad(node: gs.Node, pad: int, em: Emitter) -> Step:
+    """Zeros after the channels (axis 1 of a 4-D tensor), as ReorderInput pads them."""
+    pads = [0, 0, 0, 0, 0, pad, 0, 0]
+    if em.opset < 11:
+        return "Pad", [], {"pads": pads, "mode": "constant"}
+    return "Pad", [em.const(f"{node.outputs[0].name}_pads", np.array(pads, np.int64))], {}
 
 
 def _reorder_output(g: gs.Graph, node: gs.Node, region: Region, em: Emitter) -> str:
     channels = int(node.attrs["channels"])
     steps: list[Step] = []
-    if region.cpads[id(node)] != channels:
+    cpad = region.cpads[id(node)]
+    if cpad is None or cpad(region.block) != channels:
         steps.append(_slice(node, channels, em))
     if int(node.attrs.get("channels_last", 0)):
         steps.append(("Transpose", [], {"perm": [0, 2, 3, 1]}))
