@@ -42,7 +42,7 @@ start = time.perf_counter()
 files = sorted(os.listdir(data_dir))[:n]
 if tool == "graphfix":
     import onnx
-    from graphfix.calibration.data import open_data
+    from graphfix.runtime.data import open_data
     from graphfix.calibration.runner import calibrate
     model = onnx.load(model_path)
     data = open_data(data_dir, model, max_samples=n, batch_size=1)

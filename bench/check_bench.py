@@ -51,8 +51,8 @@ def _exe(name: str) -> str:
 def prepare(work: Path) -> tuple[Path, Path, Path]:
     import onnx
 
-    from graphfix.calibration.data import open_data
     from graphfix.calibration.runner import calibrate
+    from graphfix.runtime.data import open_data
 
     fp32_src, data = MODELS / "digits_dev.onnx", MODELS / "digits_dev_data.npz"
     model = onnx.load(fp32_src)

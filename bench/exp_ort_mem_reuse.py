@@ -4,7 +4,7 @@
 
 For each run, two fresh processes: `graphfix.run(check=True)` + save as shipped, and
 the same with `SessionOptions.enable_mem_reuse = False` patched into
-`graphfix.check.runtime.session_options` (the sessions that run the original and
+`graphfix.runtime.session.session_options` (the sessions that run the original and
 each rewrite). Prints work time, peak RSS, pass statuses and max errors of each, so
 one can see that only the time changes. Also times one bare InferenceSession of
 MODEL both ways. Patches nothing on disk.
@@ -18,7 +18,7 @@ import time
 
 CHILD = r"""
 import resource, sys, time
-import graphfix, graphfix.check.runtime as rt
+import graphfix, graphfix.runtime.session as rt
 path, mode, shape = sys.argv[1], sys.argv[2], sys.argv[3]
 if mode == "no-reuse":
     shipped = rt.session_options

@@ -7,10 +7,10 @@ import numpy as np
 import onnx
 import onnx.parser
 
-from graphfix.check.inputs import graph_inputs, random_feeds, resolve_shapes
-from graphfix.check.runtime import run_model
 from graphfix.graph import fingerprint, to_graph, to_model
 from graphfix.passes.base import Pass, PassContext, PassResult
+from graphfix.runtime.feeds import graph_inputs, random_feeds, resolve_shapes
+from graphfix.runtime.session import run_model
 
 
 def parse(text: str) -> onnx.ModelProto:

@@ -2,7 +2,7 @@ import onnx
 from gfhelpers import feeds_for
 
 from graphfix import samples
-from graphfix.check.runtime import run_model
+from graphfix.runtime.session import run_model
 
 
 def test_sample_is_valid_deterministic_and_has_a_dynamic_batch():

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 import onnx
 
 from graphfix import io, provenance
-from graphfix.check.inputs import DEFAULT_SEED, graph_inputs, resolve_shapes
-from graphfix.check.outputs import OutputCheck
 from graphfix.errors import GraphfixError
 from graphfix.passes.base import PassContext
 from graphfix.passes.manager import PassCallback, run_pipeline
 from graphfix.passes.pipeline import Pipeline, parse_pipeline
 from graphfix.passes.registry import DEFAULT_PIPELINE
 from graphfix.report import Report
+from graphfix.runtime.feeds import DEFAULT_SEED, graph_inputs, resolve_shapes
+from graphfix.runtime.outputs import OutputCheck
 
 ModelLike = onnx.ModelProto | str | os.PathLike
 

@@ -10,8 +10,8 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
 from graphfix.calibration import qdq
-from graphfix.check.runtime import make_session, run_model
 from graphfix.doctor import diagnose
+from graphfix.runtime.session import make_session, run_model
 from graphfix.trt import parse_target
 
 F = TP.FLOAT

@@ -27,8 +27,8 @@ from qdqhelpers import (
 )
 
 from graphfix.calibration import qdq
-from graphfix.check.runtime import make_session
 from graphfix.errors import GraphfixError
+from graphfix.runtime.session import make_session
 
 
 def test_conv_relu_conv_placement_and_form():

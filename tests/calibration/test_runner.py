@@ -7,10 +7,10 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from graphfix.calibration.data import open_data
 from graphfix.calibration.evaluate import compare
 from graphfix.calibration.runner import calibrate
 from graphfix.errors import GraphfixError
+from graphfix.runtime.data import open_data
 
 
 @pytest.fixture(scope="module")

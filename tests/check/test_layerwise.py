@@ -155,7 +155,7 @@ def test_every_sample_is_compared_and_the_worst_is_named():
 
 
 def _run(model: onnx.ModelProto, feeds: dict, name: str) -> np.ndarray:
-    from graphfix.check._inline import exposed_session
+    from graphfix.runtime.expose import exposed_session
 
     return exposed_session(model, [name], ("cpu",)).run([name], feeds)[0]
 

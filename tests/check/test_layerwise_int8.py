@@ -10,9 +10,9 @@ import onnx
 import pytest
 
 from graphfix.calibration import qdq
-from graphfix.calibration.data import open_data
 from graphfix.calibration.runner import calibrate
 from graphfix.check.layerwise import compare_layerwise
+from graphfix.runtime.data import open_data
 
 
 @pytest.fixture(scope="module")

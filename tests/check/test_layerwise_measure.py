@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from graphfix.check._inline import Producer
-from graphfix.check._measure import Tally, common_dtype, measure
 from graphfix.check._origins import ERROR_FLOOR, amplification, find_origins
 from graphfix.check.layerwise import TensorResult
-from graphfix.check.tolerances import tolerance_for
+from graphfix.runtime.measure import Tally, common_dtype, measure
+from graphfix.runtime.tolerances import tolerance_for
 
 
 def test_equal_tensors_are_exact():

@@ -32,9 +32,9 @@ from graphfix.check.engine import (
     open_engine,
 )
 from graphfix.check.layerwise import compare_layerwise, tensor_names
-from graphfix.check.tolerances import ENGINE_FP32
 from graphfix.cli.app import app
 from graphfix.errors import GraphfixError
+from graphfix.runtime.tolerances import ENGINE_FP32
 
 cli = CliRunner()
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import helper
 
-from graphfix.check.runtime import make_session
+from graphfix.runtime.session import make_session
 
 
 @dataclass

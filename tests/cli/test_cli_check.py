@@ -45,9 +45,9 @@ def test_rewrite_passes_and_a_perturbed_conv_fails(tmp_path):
 
 
 def test_int8_mode_suggests_nodes_calibrate_accepts(shared_model, tmp_path):
-    from graphfix.calibration.data import open_data
     from graphfix.calibration.qdq import plan
     from graphfix.calibration.runner import calibrate
+    from graphfix.runtime.data import open_data
 
     data = shared_model("digits_dev_data.npz")
     fp32 = onnx.load(shared_model("digits_dev.onnx"))

@@ -8,10 +8,10 @@ import onnx_graphsurgeon as gs
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphfix.check.runtime import run_model
 from graphfix.graph import fingerprint
 from graphfix.passes.base import PassContext, PassResult
 from graphfix.passes.fold_bn import FoldBatchNorm
+from graphfix.runtime.session import run_model
 
 FLOAT = TensorProto.FLOAT
 BN_PARAMS = ("scale", "B", "mean", "var")

@@ -8,10 +8,10 @@ import pytest
 from gfhelpers import apply, assert_idempotent, assert_same_outputs, feeds_for, ops, parse
 from onnx import helper, numpy_helper
 
-from graphfix.check.runtime import run_model
 from graphfix.graph import fingerprint, to_graph
 from graphfix.passes.base import PassContext
 from graphfix.passes.fuse_pad_conv import MAXPOOL, FusePadConv
+from graphfix.runtime.session import run_model
 
 CONV = "folded Pad into Conv"
 POOL = "folded Pad into AveragePool"

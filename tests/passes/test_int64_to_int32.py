@@ -18,14 +18,14 @@ from gfhelpers import (
 )
 from onnx import TensorProto, helper, numpy_helper
 
-from graphfix.check.inputs import graph_inputs, resolve_shapes
-from graphfix.check.outputs import OutputCheck
-from graphfix.check.runtime import run_model
 from graphfix.graph import fingerprint, to_graph
 from graphfix.passes.base import Note, PassContext
 from graphfix.passes.int64_to_int32 import Int64ToInt32
 from graphfix.passes.manager import run_passes
 from graphfix.report import APPLIED
+from graphfix.runtime.feeds import graph_inputs, resolve_shapes
+from graphfix.runtime.outputs import OutputCheck
+from graphfix.runtime.session import run_model
 
 H = '<ir_version: 8, opset_import: ["" : 17]>'
 INITS = "converted INT64 initializers to INT32"

@@ -6,14 +6,14 @@ import onnx_graphsurgeon as gs
 import pytest
 from gfhelpers import feeds_for, ops, parse
 
-from graphfix.check.inputs import graph_inputs, resolve_shapes
-from graphfix.check.outputs import OutputCheck
 from graphfix.errors import GraphfixError
 from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
 from graphfix.passes.cleanup import Cleanup
 from graphfix.passes.manager import run_passes, run_pipeline
 from graphfix.passes.pipeline import parse_pipeline
 from graphfix.report import APPLIED, ROLLED_BACK, UNCHANGED
+from graphfix.runtime.feeds import graph_inputs, resolve_shapes
+from graphfix.runtime.outputs import OutputCheck
 
 MODEL = '<ir_version: 8, opset_import: ["" : 17]>' + """
 g (float[2,3] x) => (float[2,3] y) {

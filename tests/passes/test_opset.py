@@ -18,14 +18,14 @@ from gfhelpers import (
 )
 from onnx import TensorProto, helper, numpy_helper
 
-from graphfix.check.inputs import graph_inputs, resolve_shapes
-from graphfix.check.outputs import OutputCheck
 from graphfix.errors import GraphfixError
 from graphfix.graph import to_graph
 from graphfix.passes.base import PassContext
 from graphfix.passes.manager import run_passes
 from graphfix.passes.opset import Opset
 from graphfix.report import APPLIED
+from graphfix.runtime.feeds import graph_inputs, resolve_shapes
+from graphfix.runtime.outputs import OutputCheck
 
 
 def header(opset: int, *extra: str) -> str:

@@ -3,8 +3,6 @@
 import pytest
 from gfhelpers import ops, parse
 
-from graphfix.check.inputs import graph_inputs, resolve_shapes
-from graphfix.check.outputs import OutputCheck
 from graphfix.errors import GraphfixError, InternalError
 from graphfix.graph import bypass
 from graphfix.passes import registry
@@ -13,6 +11,8 @@ from graphfix.passes.manager import run_pipeline
 from graphfix.passes.pipeline import parse_pipeline
 from graphfix.passes.registry import Preset, build_presets
 from graphfix.report import APPLIED, UNCHANGED
+from graphfix.runtime.feeds import graph_inputs, resolve_shapes
+from graphfix.runtime.outputs import OutputCheck
 
 MODEL = '<ir_version: 8, opset_import: ["" : 17]>' + """
 g (float[2,3] x) => (float[2,3] y) {

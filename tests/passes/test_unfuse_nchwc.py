@@ -18,11 +18,11 @@ import pytest
 from gfhelpers import apply, assert_idempotent, assert_same_outputs, ops
 from onnx import TensorProto, helper, numpy_helper
 
-from graphfix.check.runtime import run_model
 from graphfix.graph import fingerprint
 from graphfix.passes._unfuse_nchwc import AMBIGUOUS, unblock
 from graphfix.passes.base import PassContext
 from graphfix.passes.unfuse_contrib import UnfuseContrib, UnfuseContribOptions
+from graphfix.runtime.session import run_model
 
 NCHWC = "com.microsoft.nchwc"
 n = helper.make_node

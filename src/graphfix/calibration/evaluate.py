@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from graphfix.check.runtime import make_session
+from graphfix.runtime.measure import ratio_db
+from graphfix.runtime.session import make_session
 
 
 @dataclass
@@ -63,8 +64,7 @@ def compare(
         samples += len(out_top)
     if samples == 0:
         return Agreement(0, float("nan"), float("nan"))
-    sqnr = math.inf if noise == 0 else 10 * math.log10(signal / noise) if signal else -math.inf
-    result = Agreement(samples, sqnr, agree / samples)
+    result = Agreement(samples, ratio_db(signal, noise), agree / samples)
     if labels is not None:
         result.accuracy, result.reference_accuracy = correct / samples, ref_correct / samples
     return result

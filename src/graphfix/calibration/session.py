@@ -13,9 +13,9 @@ import onnx
 
 from graphfix.calibration import cache as cache_format
 from graphfix.calibration import qdq
-from graphfix.calibration.data import CalibrationData, Preprocess, open_data
 from graphfix.calibration.runner import METHODS, CalibrationResult, calibrate, prepare
 from graphfix.errors import GraphfixError
+from graphfix.runtime.data import CalibrationData, Preprocess, open_data
 
 DEFAULT_CACHE_TRT = "10.16"  # the newest documented TensorRT with implicit INT8 calibration
 

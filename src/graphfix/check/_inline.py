@@ -28,7 +28,6 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from graphfix.check.runtime import make_session
 from graphfix.graph.protos import proto_label
 
 MAX_IF_DEPTH = 8  # nesting levels of If inlined; deeper Ifs stay (their tensors uncompared)
@@ -227,13 +226,3 @@ def _inline_one(graph: onnx.GraphProto, index: int, then: bool,
     rest = list(graph.node[index + 1:])
     del graph.node[index:]
     graph.node.extend(new_nodes + rest)
-
-
-def exposed_session(model: onnx.ModelProto, names: Sequence[str], providers: Sequence[str]):
-    """An onnxruntime session whose outputs are exactly `names` (types left to
-    onnxruntime, so tensors shape inference cannot type can still be read)."""
-    exposed = onnx.ModelProto()
-    exposed.CopyFrom(model)
-    del exposed.graph.output[:]
-    exposed.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in names)
-    return make_session(exposed, providers)

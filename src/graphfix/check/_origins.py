@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from graphfix.check._inline import Producer
-from graphfix.check._measure import Tally
+from graphfix.runtime.measure import Tally
 
 if TYPE_CHECKING:
     from graphfix.check.layerwise import TensorResult

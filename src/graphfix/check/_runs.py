@@ -2,7 +2,7 @@
 
 For each group of samples (`_inline`), the reference's main-graph tensors are matched
 to the candidate's (through `renamed`), split into chunks whose activations fit the
-memory budget (`calibration.stats.activation_bytes`, per tensor the larger of the two
+memory budget (`runtime.expose.activation_bytes`, per tensor the larger of the two
 models' estimates), and each chunk runs once per sample in each model with only its
 tensors as graph outputs. Every pair is reduced to numbers (`_measure.Tally`) as soon
 as both runs of a sample are done, so at most one chunk's activations of each model
@@ -12,7 +12,7 @@ from the feeds and candidate initializers (a tensor a pass folded to a constant)
 the model, without a run.
 
 Runs go through one runner interface (`infer(feeds) -> {name: array}`): onnxruntime
-sessions with `check.runtime`'s options, and with `engine` (`check.engine`) the
+sessions with `runtime.session`'s options, and with `engine` (`check.engine`) the
 candidate is a TensorRT engine under polygraphy's `TrtRunner`. The candidate model
 then only names the tensors (and reads If conditions); a pair whose candidate tensor
 the engine does not expose gets the engine's status ("fused by TensorRT") instead of
@@ -31,12 +31,17 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from graphfix.calibration.stats import activation_bytes, chunk_tensors, infer_tensor_info
-from graphfix.check._inline import Group, exposed_session
-from graphfix.check._measure import Tally, common_dtype
-from graphfix.check.outputs import feeds_as_declared
-from graphfix.check.tolerances import Tolerance
+from graphfix.check._inline import Group
 from graphfix.errors import GraphfixError, said
+from graphfix.runtime.expose import (
+    activation_bytes,
+    chunk_tensors,
+    exposed_session,
+    infer_tensor_info,
+)
+from graphfix.runtime.measure import Tally, common_dtype
+from graphfix.runtime.outputs import feeds_as_declared
+from graphfix.runtime.tolerances import Tolerance
 
 if TYPE_CHECKING:
     from graphfix.check.engine import TrtEngine

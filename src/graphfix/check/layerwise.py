@@ -4,7 +4,7 @@
     report.first_divergence   # the first tensor out of tolerance, topological order
     report.origins[0]         # the node that amplifies error most (see `_origins`)
 
-Both models run in onnxruntime (graph optimizations off, `check.runtime`) on the
+Both models run in onnxruntime (graph optimizations off, `runtime.session`) on the
 same inputs, one run per sample (`feeds[i]` is sample i, a feed dict of any batch
 size). Every main-graph tensor of the reference (graph inputs and node outputs, any
 dtype) is compared with the candidate's tensor of the same name, or of the name
@@ -14,7 +14,7 @@ float tensor names, so FP32 vs INT8 matches the same way (the DequantizeLinear
 outputs exist only in the candidate and are not listed).
 
 Modes: "strict" (FP32 vs rewritten FP32): ok per the dtype's tolerance in
-`check.tolerances`; "sqnr" (FP32 vs Q/DQ INT8): ok when SQNR >= `sqnr_threshold` dB;
+`runtime.tolerances`; "sqnr" (FP32 vs Q/DQ INT8): ok when SQNR >= `sqnr_threshold` dB;
 "auto": sqnr when the candidate has QuantizeLinear/DequantizeLinear and the reference
 has none. The numbers are defined in `_measure`, the origins in `_origins`.
 
@@ -48,12 +48,12 @@ from graphfix.check._inline import (
     split_by_branches,
     topo_order,
 )
-from graphfix.check._measure import Tally
 from graphfix.check._origins import ERROR_FLOOR, MIN_AMPLIFICATION, Origin, find_origins
 from graphfix.check._runs import Plan, SessionCache, plan_group, run_plan
-from graphfix.check.tolerances import ENGINE_FP32, Tolerance
 from graphfix.errors import GraphfixError
 from graphfix.graph.protos import graph_protos, walk_protos
+from graphfix.runtime.measure import Tally
+from graphfix.runtime.tolerances import ENGINE_FP32, Tolerance
 
 if TYPE_CHECKING:
     from graphfix.check.engine import TrtEngine

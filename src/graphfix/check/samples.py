@@ -9,8 +9,8 @@ from itertools import islice
 import numpy as np
 import onnx
 
-from graphfix.check.inputs import graph_inputs, parse_input_shape, random_feeds, resolve_shapes
-from graphfix.check.tolerances import Tolerance, tolerance_for
+from graphfix.runtime.feeds import graph_inputs, parse_input_shape, random_feeds, resolve_shapes
+from graphfix.runtime.tolerances import Tolerance, tolerance_for
 
 
 def check_samples(model: onnx.ModelProto, data: str | os.PathLike | None, data_key: str | None,
@@ -20,7 +20,7 @@ def check_samples(model: onnx.ModelProto, data: str | os.PathLike | None, data_k
     `graphfix calibrate --data` reads), else seeded random inputs, sample i with seed+i,
     dynamic dims from `input_shapes` (NAME:DIMS) or the usual defaults."""
     if data is not None:
-        from graphfix.calibration.data import open_data
+        from graphfix.runtime.data import open_data
 
         source = open_data(data, model, data_key=data_key, max_samples=count, batch_size=1)
         return list(islice(iter(source), count))

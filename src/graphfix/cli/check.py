@@ -30,7 +30,7 @@ def check_command(
     mode: str = typer.Option("auto", "--mode", help="strict (tolerances per dtype), sqnr "
                              "(quantized models), or auto: sqnr when CANDIDATE has Q/DQ."),
     atol: float = typer.Option(None, "--atol", help="Absolute tolerance for float tensors "
-                               "(default: per dtype, graphfix.check.tolerances)."),
+                               "(default: per dtype, graphfix.runtime.tolerances)."),
     rtol: float = typer.Option(None, "--rtol", help="Relative tolerance for float tensors."),
     sqnr: float = typer.Option(20.0, "--sqnr-threshold", help="SQNR (dB) a tensor needs in "
                                "sqnr mode."),

@@ -9,11 +9,11 @@ from typing import Optional
 import onnx
 import typer
 
-from graphfix.check.inputs import DEFAULT_SEED, parse_input_shape
 from graphfix.cli.common import EXIT_FAILED, console, print_explain, print_report, user_errors
 from graphfix.errors import GraphfixError
 from graphfix.passes.defaults import DEFAULT_PIPELINE
 from graphfix.report import PassRecord, Report
+from graphfix.runtime.feeds import DEFAULT_SEED, parse_input_shape
 
 
 def default_output(model: Path) -> Path:

@@ -15,10 +15,10 @@ from typing import Any
 
 import onnx_graphsurgeon as gs
 
-from graphfix.check.inputs import parse_input_shape
 from graphfix.errors import GraphfixError
 from graphfix.graph.shapes import infer_shapes
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
+from graphfix.runtime.feeds import parse_input_shape
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ For every pass, in order:
    `Pass.leaves_graph_clean`) + toposort, export, then verify —
    `onnx.checker` and ONNX shape inference (strict when the input model passes
    strict inference), both on a weightless skeleton (`graph.skeleton`), and the
-   output check (`check.outputs`) when enabled;
+   output check (`runtime.outputs`) when enabled;
 3. a pass that raises, or fails any verification, is rolled back: the graph is
    re-imported from the last verified model, and the run goes on. The record says
    why, and which passes ran before it.
@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import onnx
 import onnx_graphsurgeon as gs
 
-from graphfix.check.outputs import OutputCheck
 from graphfix.errors import GraphfixError
 from graphfix.graph import count_nodes, fingerprint, to_graph, to_model
 from graphfix.graph.protos import graph_protos
@@ -34,6 +33,7 @@ from graphfix.graph.skeleton import skeleton
 from graphfix.passes.base import Pass, PassContext
 from graphfix.passes.pipeline import Pipeline, PresetSpec
 from graphfix.report import APPLIED, ROLLED_BACK, UNCHANGED, CheckInfo, PassRecord, Report
+from graphfix.runtime.outputs import OutputCheck
 
 PassCallback = Callable[[PassRecord, onnx.ModelProto], None]
 

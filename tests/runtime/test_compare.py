@@ -1,7 +1,7 @@
 import numpy as np
 
-from graphfix.check.compare import compare_outputs
-from graphfix.check.tolerances import tolerance_for
+from graphfix.runtime.compare import compare_outputs
+from graphfix.runtime.tolerances import tolerance_for
 
 
 def one(ref, cand):

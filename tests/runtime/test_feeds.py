@@ -2,14 +2,14 @@ import numpy as np
 import pytest
 from gfhelpers import parse
 
-from graphfix.check.inputs import (
+from graphfix.errors import GraphfixError
+from graphfix.runtime.feeds import (
     graph_inputs,
     load_feeds,
     parse_input_shape,
     random_feeds,
     resolve_shapes,
 )
-from graphfix.errors import GraphfixError
 
 MODEL = '<ir_version: 8, opset_import: ["" : 17]>' + """
 g (float[batch,3,H,W] img, int64[batch,T] ids, bool[batch] flag) => (float[batch,3,H,W] y) {

@@ -17,11 +17,11 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from graphfix.check.compare import OutputDiff, compare_outputs
-from graphfix.check.inputs import DEFAULT_SEED, graph_inputs, load_feeds, random_feeds
-from graphfix.check.runtime import run_model
-from graphfix.check.tolerances import tolerance_table
 from graphfix.errors import said
+from graphfix.runtime.compare import OutputDiff, compare_outputs
+from graphfix.runtime.feeds import DEFAULT_SEED, graph_inputs, load_feeds, random_feeds
+from graphfix.runtime.session import run_model
+from graphfix.runtime.tolerances import tolerance_table
 
 
 @dataclass

@@ -6,8 +6,8 @@ import pytest
 from gfhelpers import build_model, parse
 from onnx import helper
 
-from graphfix.calibration.data import CalibrationData, InputSpec, Preprocess, open_data
 from graphfix.errors import GraphfixError
+from graphfix.runtime.data import CalibrationData, InputSpec, Preprocess, open_data
 
 HEAD = '<ir_version: 8, opset_import: ["" : 17]>'
 ONE = parse(HEAD + "g (float[batch,3,4,4] x) => (float[batch,3,4,4] y) { y = Relu(x) }")

@@ -2,8 +2,8 @@
 
 Per sample (one onnxruntime run):
 
-- ok (strict mode): `check.compare.compare_outputs`, i.e. the tolerance of the dtype in
-  `check.tolerances` (numpy.isclose per element, NaNs in the same places, equal
+- ok (strict mode): `runtime.compare.compare_outputs`, i.e. the tolerance of the dtype in
+  `runtime.tolerances` (numpy.isclose per element, NaNs in the same places, equal
   infinities; integers and booleans exact).
 - ok (sqnr mode): SQNR >= the threshold for float tensors; integers and booleans exact.
 - max abs: max |c - r| over the finite elements.
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphfix.check.compare import compare_outputs
-from graphfix.check.tolerances import Tolerance, tolerance_for
+from graphfix.runtime.compare import compare_outputs
+from graphfix.runtime.tolerances import Tolerance, tolerance_for
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def measure(ref, cand, mode: str, threshold: float,
         within = diff.ok
     r64, c64 = r.astype(np.float64).ravel(), c.astype(np.float64).ravel()
     finite = np.isfinite(r64)
-    if not finite.all():  # NaNs and infinities must sit in the same places (check.compare)
+    if not finite.all():  # NaNs and infinities must sit in the same places (runtime.compare)
         if not np.array_equal(r64[~finite], c64[~finite], equal_nan=True):
             return Measure(False, math.inf, math.inf, -math.inf, math.inf)
         r64, c64 = r64[finite], c64[finite]
@@ -80,12 +80,12 @@ def measure(ref, cand, mode: str, threshold: float,
     if not np.isfinite(c64).all():
         return Measure(False, math.inf, math.inf, -math.inf, math.inf)
     max_abs = float(d.max()) if d.size else 0.0
-    if dtype.kind == "f":  # the same rule as check.compare: |c - r| <= atol + rtol |r|
+    if dtype.kind == "f":  # the same rule as runtime.compare: |c - r| <= atol + rtol |r|
         within = bool(np.all(d <= tol.atol + tol.rtol * mag))
     guard = tol.atol if tol.atol > 0 else 1.0
     max_rel = float((d / np.maximum(mag, guard)).max()) if d.size else 0.0
     signal, noise = float(np.dot(mag, mag)), float(np.dot(d, d))
-    sqnr = _ratio_db(signal, noise)
+    sqnr = ratio_db(signal, noise)
     if mode == "sqnr":
         error = _safe_div(noise, signal)
         ok = within if dtype.kind != "f" else sqnr >= threshold
@@ -101,7 +101,8 @@ def _safe_div(num: float, den: float) -> float:
     return math.inf if den == 0 else num / den
 
 
-def _ratio_db(signal: float, noise: float) -> float:
+def ratio_db(signal: float, noise: float) -> float:
+    """10 log10(signal / noise): +inf when noise is 0, -inf when only the signal is 0."""
     if noise == 0:
         return math.inf
     if signal == 0:

@@ -39,11 +39,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from graphfix.calibration._feeds import FeedChecker, Source, batches, check_batches
-from graphfix.calibration._images import IMAGE_SUFFIXES, ImageFolder, Preprocess
-from graphfix.calibration._sources import LoaderScript, array_folder, single_npy, single_npz
-from graphfix.check.inputs import InputInfo, graph_inputs
 from graphfix.errors import GraphfixError
+from graphfix.runtime._blocks import FeedChecker, Source, batches, check_batches
+from graphfix.runtime._images import IMAGE_SUFFIXES, ImageFolder, Preprocess
+from graphfix.runtime._sources import LoaderScript, array_folder, single_npy, single_npz
+from graphfix.runtime.feeds import InputInfo, graph_inputs
 
 __all__ = ["CalibrationData", "InputSpec", "Preprocess", "open_data"]
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from graphfix.calibration._feeds import Block, FeedChecker, show_dims
 from graphfix.errors import GraphfixError
+from graphfix.runtime._blocks import Block, FeedChecker, show_dims
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 _EXAMPLE = "resize=224,layout=NCHW,scale=1/255,mean=0.485/0.456/0.406,std=0.229/0.224/0.225"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphfix.check.tolerances import Tolerance, tolerance_for
+from graphfix.runtime.tolerances import Tolerance, tolerance_for
 
 
 @dataclass(frozen=True)

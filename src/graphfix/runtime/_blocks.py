@@ -22,8 +22,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from graphfix.check.inputs import InputInfo
 from graphfix.errors import GraphfixError
+from graphfix.runtime.feeds import InputInfo
 
 Header = tuple[tuple[int, ...], np.dtype]  # (shape, dtype) of one array, read or known
 

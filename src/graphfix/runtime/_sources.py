@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from graphfix.calibration._feeds import Block, FeedChecker, Header, pickled
 from graphfix.errors import GraphfixError
+from graphfix.runtime._blocks import Block, FeedChecker, Header, pickled
 
 _FORMAT = np.lib.format
 _HEADER_READERS = {(1, 0): _FORMAT.read_array_header_1_0, (2, 0): _FORMAT.read_array_header_2_0}

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from gfhelpers import parse
 
-from graphfix.calibration.data import Preprocess, open_data
 from graphfix.errors import GraphfixError
+from graphfix.runtime.data import Preprocess, open_data
 
 Image = pytest.importorskip("PIL.Image")
 

@@ -1,0 +1,1 @@
+"""Below everything that runs a model: sessions, feeds, the verdict, reference forms."""
