@@ -29,3 +29,37 @@ def test_a_model_without_changes_gets_no_entry_and_attach_replaces():
     provenance.attach(copy, {}, {"x": "fold-bn"})
     assert provenance.read(copy) == ({}, {"x": "fold-bn"})
     assert [p.key for p in copy.metadata_props].count(provenance.KEY) == 1
+
+
+def test_compose_chains_renames_and_keeps_earlier_removals():
+    earlier = ({"a": "b", "k": "k2"}, {"bn": "fold-bn"})
+    renamed, removed = provenance.compose(earlier, {"b": "c", "n": "n2"}, {"k2": "cleanup",
+                                                                          "x": "cleanup"})
+    assert renamed == {"a": "c", "n": "n2"}  # a -> b -> c; n was not renamed before
+    assert removed == {"bn": "fold-bn", "k": "cleanup", "x": "cleanup"}
+    assert provenance.compose(({}, {}), {"p": "q"}, {"r": "s"}) == ({"p": "q"}, {"r": "s"})
+
+
+def test_a_second_run_keeps_what_the_first_merged(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from graphfix.cli.app import app
+
+    a = samples.conv_bn_relu_residual()
+    b = run(a, passes="fold-bn").model
+    c = run(b, passes="cleanup").model
+    bn_inputs = {n.output[0] for n in a.graph.node if n.op_type == "Conv"}
+    identity = next(n.output[0] for n in a.graph.node if n.op_type == "Identity")
+    _, removed = provenance.read(c)
+    assert {t: removed[t] for t in bn_inputs} == dict.fromkeys(bn_inputs, "fold-bn")
+    assert removed[identity] == "cleanup"
+    for name, model in (("a", a), ("c", c)):
+        onnx.save(model, tmp_path / f"{name}.onnx")
+    out = CliRunner().invoke(app, ["check", str(tmp_path / "a.onnx"), str(tmp_path / "c.onnx"),
+                                   "--json", "-"])
+    assert out.exit_code == 0, out.output
+    status = {t["name"]: t["status"] for t in json.loads(out.stdout)["tensors"]}
+    assert {t: status[t] for t in bn_inputs} == dict.fromkeys(bn_inputs, "merged by fold-bn")
+    assert status[identity] == "merged by cleanup"

@@ -13,6 +13,7 @@ from graphfix.errors import GraphfixError, InternalError
 
 _LAZY = {
     "Result": "graphfix.api",
+    "bisect": "graphfix.api",
     "run": "graphfix.api",
     "load": "graphfix.io",
     "save": "graphfix.io",
@@ -29,6 +30,7 @@ __all__ = [
     "Report",
     "Result",
     "__version__",
+    "bisect",
     "load",
     "run",
     "save",

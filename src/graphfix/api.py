@@ -10,18 +10,21 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import onnx
 
 from graphfix import io, provenance
 from graphfix.errors import GraphfixError
-from graphfix.passes.base import PassContext
+from graphfix.passes.base import PassContext, RewriteBudget
+from graphfix.passes.bisect import Bisection, ProbeOutcome, bisect_rewrites
 from graphfix.passes.manager import PassCallback, run_pipeline
 from graphfix.passes.pipeline import Pipeline, parse_pipeline
 from graphfix.passes.registry import DEFAULT_PIPELINE
 from graphfix.report import Report
 from graphfix.runtime.feeds import DEFAULT_SEED, graph_inputs, resolve_shapes
 from graphfix.runtime.outputs import OutputCheck
+from graphfix.runtime.values import InputValue
 
 ModelLike = onnx.ModelProto | str | os.PathLike
 
@@ -40,20 +43,28 @@ def run(
     check: bool = True,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     data: str | os.PathLike | None = None,
+    input_values: Mapping[str, InputValue] | None = None,
     seed: int = DEFAULT_SEED,
     providers: Sequence[str] = ("cpu",),
     on_pass_start: Callable[[int, str], None] | None = None,
     on_pass_done: PassCallback | None = None,
     trt: str | None = None,
+    max_rewrites: int | None = None,
 ) -> Result:
     """Run a pipeline of passes, verifying after each (see `graphfix.passes.manager`).
 
     `model` is a ModelProto (not modified) or a path. With `check`, outputs are
-    compared with the original's after every pass on seeded random inputs (or the
-    arrays in `data`, an .npz keyed by input name); dynamic dims come from
-    `input_shapes`, else axis 0 = 1, else a GraphfixError says what to pass.
+    compared with the original's after every pass on seeded random inputs (see
+    `graphfix.runtime.feeds`: `input_values` fixes inputs, {"sr": 16000}), or on the
+    first sample of `data` (anything `graphfix calibrate --data` reads); dynamic dims
+    come from the data, else `input_shapes`, else axis 0 = 1, else a GraphfixError says
+    what to pass.
     `trt` names the TensorRT version the model is prepared for ("8.6", "10", ...):
     passes that depend on it (detect-unsupported) read it from their context.
+    `max_rewrites` applies only the first N rewrites of the whole run (numbered in
+    order over every pass, see `graphfix.passes.base.RewriteBudget`); the report lists
+    them. `bisect` finds the first one that breaks the numbers.
+    The output model's provenance (`graphfix.provenance`) is composed with the input's.
     """
     pipeline = passes if isinstance(passes, Pipeline) else parse_pipeline(passes)
     if isinstance(model, onnx.ModelProto):
@@ -70,14 +81,11 @@ def run(
                     "the check must test the model with the shapes it will have",
                     "give the same shape in both places, or drop one",
                 )
-    inputs = graph_inputs(source)
-    if check:
-        shapes = resolve_shapes(inputs, given)
-        output_check = OutputCheck.prepare(source, shapes, data, seed, providers)
-    else:
-        shapes = resolve_shapes(inputs, given, lenient=True)
-        output_check = OutputCheck.disabled("--no-check was given")
+    shapes, output_check = _prepare_check(source, given, check, data, input_values, seed,
+                                          providers)
     ctx = PassContext(input_shapes=shapes)
+    if max_rewrites is not None:
+        ctx.rewrites = RewriteBudget(max_rewrites)
     if trt is not None:
         from graphfix.trt import parse_target
 
@@ -86,5 +94,65 @@ def run(
         source, pipeline, output_check, ctx, on_pass_start, on_pass_done
     )
     if result_model is not source and (report.renamed or report.removed):
-        provenance.attach(result_model, report.renamed, report.removed)
+        merged = provenance.compose(provenance.read(source), report.renamed, report.removed)
+        provenance.attach(result_model, *merged)
     return Result(result_model, report)
+
+
+def bisect(
+    model: ModelLike,
+    passes: str | Pipeline = DEFAULT_PIPELINE,
+    on_probe: Callable[[ProbeOutcome], None] | None = None,
+    **run_options: Any,
+) -> Bisection:
+    """Find the first rewrite of the run whose application breaks the output check,
+    by binary search over `max_rewrites` (see `graphfix.passes.bisect`).
+
+    `run_options` are `run`'s other keyword arguments (input shapes, data, seed, ...),
+    used by every probe; the check is always on. The result's model has only the
+    rewrites before the culprit (all of them when none breaks the numbers).
+    """
+    if not run_options.pop("check", True):
+        raise GraphfixError("Cannot bisect without the output check", "--no-check was given",
+                            "drop --no-check: bisect looks for the rewrite the check rejects")
+    if run_options.pop("max_rewrites", None) is not None:
+        raise GraphfixError("--max-rewrites and --bisect were both given",
+                            "bisect chooses the limit of each of its runs itself",
+                            "give one of them")
+    source = model if isinstance(model, onnx.ModelProto) else io.load(model)
+    pipeline = passes if isinstance(passes, Pipeline) else parse_pipeline(passes)
+
+    def probe(limit: int | None) -> tuple[onnx.ModelProto, Report]:
+        budget = _EVERY_REWRITE if limit is None else limit
+        result = run(source, pipeline, check=True, max_rewrites=budget, **run_options)
+        return result.model, result.report
+
+    return bisect_rewrites(probe, on_probe)
+
+
+_EVERY_REWRITE = 2**62  # a limit no run reaches: the probe that counts every rewrite
+
+
+def _prepare_check(source: onnx.ModelProto, given: dict[str, tuple[int, ...]], check: bool,
+                   data: str | os.PathLike | None, values: Mapping[str, InputValue] | None,
+                   seed: int, providers: Sequence[str]
+                   ) -> tuple[dict[str, tuple[int, ...]], OutputCheck]:
+    """(every input's shape, the output check): with `data`, the data's shapes."""
+    inputs = graph_inputs(source)
+    if not check:
+        return (resolve_shapes(inputs, given, lenient=True),
+                OutputCheck.disabled("--no-check was given"))
+    if data is None:
+        shapes = resolve_shapes(inputs, given)
+        return shapes, OutputCheck.prepare(source, shapes, None, seed, providers, values)
+    output_check = OutputCheck.prepare(source, {}, data, seed, providers, values)
+    shapes = {k: tuple(v.shape) for k, v in output_check.feeds.items()}
+    for name, shape in given.items():
+        if name in shapes and shapes[name] != shape:
+            raise GraphfixError(
+                f"The shape {'x'.join(map(str, shape)) or 'scalar'} given for input "
+                f"'{name}' is not the data's ({'x'.join(map(str, shapes[name])) or 'scalar'})",
+                "with --data, the check runs on the data's shapes",
+                f"drop --input-shape for '{name}', or give data of that shape",
+            )
+    return {**resolve_shapes(inputs, given, lenient=True), **shapes}, output_check

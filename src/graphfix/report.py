@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import copy
 import sys
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import onnx
+
+    from graphfix.passes.base import Rewrite
 
 APPLIED = "applied"
 UNCHANGED = "unchanged"
 ROLLED_BACK = "rolled back"
+
+# Why a pass was rolled back (PassRecord.rollback_cause).
+RAISED = "raised"  # the pass (or exporting its graph) raised: there is no candidate model
+INVALID = "invalid"  # onnx.checker or shape inference rejects the candidate
+NUMBERS = "numbers"  # the candidate's outputs differ from the original's
 
 _TOOLS = ("graphfix", "onnx", "onnx-graphsurgeon", "onnxruntime", "polygraphy", "numpy")
 
@@ -31,6 +42,14 @@ class PassRecord:
     traceback: str = ""
     preset: str = ""
     round: int = 0
+    rollback_cause: str = ""  # RAISED, INVALID or NUMBERS when rolled back
+    rejected: onnx.ModelProto | None = field(default=None, repr=False, compare=False)
+    """The model the pass produced when it was rolled back after exporting one (INVALID,
+    NUMBERS): what `--dump-after` writes as REJECTED. Never in the JSON report."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: copy.deepcopy(getattr(self, f.name))
+                for f in fields(self) if f.name != "rejected"}
 
     def did(self) -> str:
         if self.status == ROLLED_BACK:
@@ -67,6 +86,8 @@ class Report:
     seconds: float = 0.0
     input: dict[str, Any] = field(default_factory=dict)
     output: dict[str, Any] = field(default_factory=dict)
+    rewrite_limit: int | None = None  # --max-rewrites; the two below only with a budget
+    rewrites: list[Rewrite] = field(default_factory=list)  # every rewrite the budget allowed
 
     @property
     def rolled_back(self) -> list[PassRecord]:
@@ -81,7 +102,8 @@ class Report:
         return self.passes[-1].nodes_after if self.passes else 0
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = asdict(replace(self, passes=[]))  # records hold models: not deep-copied
+        data["passes"] = [p.to_json() for p in self.passes]
         data["schema"] = "graphfix.run/1"
         data["nodes_before"] = self.nodes_before
         data["nodes_after"] = self.nodes_after

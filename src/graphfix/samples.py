@@ -34,13 +34,14 @@ class _Builder:
         self.nodes.append(helper.make_node(op, inputs, [output], name=output, **attrs))
         return output
 
-    def conv_bn(self, x: str, name: str, cin: int, cout: int, relu: bool = True) -> str:
+    def conv_bn(self, x: str, name: str, cin: int, cout: int, relu: bool = True,
+                gain: tuple[float, float] = (0.5, 1.5)) -> str:
         w = self.weight(f"{name}.weight", (cout, cin, 3, 3), scale=1.0 / np.sqrt(cin * 9))
         y = self.node("Conv", [x, w], f"{name}.conv", pads=[1, 1, 1, 1], kernel_shape=[3, 3])
         stats = [
             self.const(f"{name}.bn.{k}", v.astype(np.float32))
             for k, v in (
-                ("scale", self.rng.uniform(0.5, 1.5, cout)),
+                ("scale", self.rng.uniform(*gain, cout)),
                 ("bias", self.rng.uniform(-0.2, 0.2, cout)),
                 ("mean", self.rng.uniform(-0.1, 0.1, cout)),
                 ("var", self.rng.uniform(0.5, 1.5, cout)),
@@ -92,4 +93,35 @@ def conv_bn_relu_residual(seed: int = 0, channels: int = 16, classes: int = 10) 
     return model
 
 
-SAMPLES = {"conv-bn-relu-residual": conv_bn_relu_residual}
+def deep_resnet(blocks: int = 50, seed: int = 0, channels: int = 16,
+                size: int = 16, classes: int = 1000) -> onnx.ModelProto:
+    """A deep residual network for the numerical check: a stem Conv-BN-ReLU, then
+    `blocks` blocks x = x + ReLU(BN(Conv(x))) with random BatchNorm statistics, then
+    GlobalAveragePool and a Gemm. Activations grow along the residual stream, so the
+    logits reach the hundreds and fp32 reassociation (a folded BatchNorm) moves them by
+    ~1e-5 in absolute terms: what an elementwise relative tolerance mistakes for a bug.
+
+    input [batch, 3, size, size] -> logits [batch, classes]
+    """
+    b = _Builder(seed)
+    x = b.conv_bn("input", "stem", 3, channels)
+    for i in range(blocks):
+        y = b.conv_bn(x, f"block.{i}", channels, channels, gain=(0.1, 0.4))
+        x = b.node("Add", [x, y], f"block.{i}.add")
+    y = b.node("GlobalAveragePool", [x], "pool")
+    y = b.node("Flatten", [y], "flatten")
+    w = b.weight("fc.weight", (classes, channels), scale=1.0 / np.sqrt(channels))
+    b.node("Gemm", [y, w, b.weight("fc.bias", (classes,), scale=0.1)], "logits", transB=1)
+    graph = helper.make_graph(
+        b.nodes, "deep_resnet",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", classes])],
+        b.inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              ir_version=IR_VERSION, producer_name="graphfix.samples")
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+SAMPLES = {"conv-bn-relu-residual": conv_bn_relu_residual, "deep-resnet": deep_resnet}

@@ -259,7 +259,7 @@ def test_a_candidate_onnxruntime_cannot_run_is_a_user_error():
     ref = chain(1)
     bad = copy(ref)
     bad.graph.node[1].op_type = "NoSuchOp"
-    with pytest.raises(GraphfixError, match="cannot run the candidate model"):
+    with pytest.raises(GraphfixError, match=r"not checkable: NoSuchOp \(ai.onnx\)"):
         compare_layerwise(ref, bad, samples(ref, 1))
 
 
@@ -272,3 +272,32 @@ def test_json_report_is_strict_json():
     assert data["origins"][0]["node"] == "Conv 'conv4'"
     assert data["tensors"][1]["sqnr_db"] == "inf"
     assert len(data["tensors"]) == 13 and data["mode"] == "strict"
+
+
+def _mul_sigmoid(shift: float | None):
+    """x*c -> Sigmoid, x with one large element (the Mul output's scale is 40) and the
+    rest near 0, where Sigmoid is steepest; with `shift`, the candidate adds it to m."""
+    nodes = [helper.make_node("Mul", ["x", "c"], ["m0" if shift is not None else "m"]),
+             helper.make_node("Sigmoid", ["m"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(40.0, np.float32), "c")]
+    if shift is not None:
+        nodes.insert(1, helper.make_node("Add", ["m0", "d"], ["m"]))
+        inits.append(numpy_helper.from_array(np.array(shift, np.float32), "d"))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [1, 8])],
+                              [helper.make_tensor_value_info("y", 1, [1, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_a_tensor_is_measured_against_its_operands_scale():
+    """Sigmoid(m): m's error of 1.5e-6 of its scale (40) becomes 1.5e-5 of Sigmoid's own
+    scale (~1) where the curve is steepest; rounding in a node is relative to its
+    operands, so the Sigmoid passes at the Mul's scale. A real error at m still fails."""
+    feeds = [{"x": np.array([[1.0, 0, 1e-3, -1e-3, 2e-3, 0, 0, 0]], np.float32)}]
+    ok = compare_layerwise(_mul_sigmoid(None), _mul_sigmoid(6e-5), feeds)
+    sigmoid = ok.tensor("y")
+    assert ok.passed and sigmoid.ok
+    assert sigmoid.max_abs > 1e-5  # over the bound of its own scale
+    bad = compare_layerwise(_mul_sigmoid(None), _mul_sigmoid(1e-2), feeds)
+    assert not bad.passed and bad.first_divergence.name == "m"

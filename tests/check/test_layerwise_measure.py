@@ -25,10 +25,11 @@ def test_strict_numbers_follow_their_definitions():
     ref = np.array([10.0, -4.0, 0.0], np.float32)
     cand = np.array([10.5, -4.0, 1e-6], np.float32)
     m = measure(ref, cand, "strict", 20.0)
-    atol = tolerance_for(np.float32).atol
+    allowed = tolerance_for(np.float32).scale * 10  # the scale-relative bound, S = 10
     assert not m.ok
     assert m.max_abs == pytest.approx(0.5)
-    assert m.max_rel == pytest.approx(max(0.5 / 10, 1e-6 / atol))  # near zero: against atol
+    assert m.allowed == pytest.approx(allowed)
+    assert m.max_rel == pytest.approx(max(0.5 / 10, 1e-6 / allowed))  # near zero: vs the bound
     assert m.error == pytest.approx(0.5 / 10)  # relative to the tensor's magnitude
     signal, noise = 100 + 16, 0.25 + 1e-12
     assert m.sqnr_db == pytest.approx(10 * math.log10(signal / noise), rel=1e-6)

@@ -155,3 +155,98 @@ def test_default_pipeline_is_trt_prep_and_reports_its_rounds(tmp_path):
     last_round = [p for p in data["passes"] if p["round"] == rounds]
     assert all(p["status"] == "unchanged" for p in last_round)
     assert {p["preset"] for p in data["passes"]} == {"trt-prep"}
+
+
+def corrupt_fold_of(monkeypatch, bn_name: str) -> None:
+    """fold-bn folds `bn_name` with a bias off by 0.5; every other fold stays right."""
+    from graphfix.passes import fold_bn
+
+    right = fold_bn._fold_conv
+
+    def corrupt(node, bn, affine):
+        plan = right(node, bn, affine)
+        if bn.name == bn_name:
+            plan.bias = plan.bias + 0.5
+        return plan
+
+    monkeypatch.setitem(fold_bn._FOLDERS, "Conv", corrupt)
+
+
+def bn_names(model) -> list[str]:
+    return [n.name for n in model.graph.node if n.op_type == "BatchNormalization"]
+
+
+def test_dump_after_writes_the_rejected_model_of_a_rolled_back_pass(tmp_path, monkeypatch):
+    from graphfix.runtime.session import run_model
+
+    original = samples.conv_bn_relu_residual()
+    corrupt_fold_of(monkeypatch, "block.0.bn")
+    src, out = write_sample(tmp_path), tmp_path / "o.onnx"
+    result = runner.invoke(app, ["run", str(src), "-o", str(out), "--passes", "cleanup,fold-bn",
+                                 "--dump-after", "fold-bn"])
+    assert result.exit_code == 0, result.output
+    rejected = tmp_path / "o.after-02-fold-bn.REJECTED.onnx"
+    assert f"wrote{rejected}:themodelfold-bnproduced" in "".join(result.stdout.split())
+    assert bn_names(onnx.load(tmp_path / "o.after-02-fold-bn.onnx")) == bn_names(original)
+    model = onnx.load(rejected)
+    onnx.checker.check_model(model)
+    assert bn_names(model) == []  # every fold, the wrong one included
+    feeds = feeds_for(original, input=(1, 3, 32, 32))
+    ref, got = run_model(original, feeds)["logits"], run_model(model, feeds)["logits"]
+    assert np.abs(ref - got).max() > 0.1
+
+
+def test_dump_after_a_pass_that_raised_says_there_is_no_rejected_model(tmp_path, monkeypatch):
+    from graphfix.passes import fold_bn
+
+    def broken(self, graph, ctx):
+        raise RuntimeError("deliberately broken")
+
+    monkeypatch.setattr(fold_bn.FoldBatchNorm, "run", broken)
+    src, out = write_sample(tmp_path), tmp_path / "o.onnx"
+    result = runner.invoke(app, ["run", str(src), "-o", str(out), "--passes", "cleanup,fold-bn",
+                                 "--dump-after", "all"])
+    assert result.exit_code == 0, result.output
+    assert "fold-bn was rolled back before it produced a model" in " ".join(result.stdout.split())
+    assert not list(tmp_path.glob("*.REJECTED.onnx"))
+    assert len(list(tmp_path.glob("o.after-*.onnx"))) == 2
+
+
+def test_max_rewrites_applies_only_the_first_n(tmp_path):
+    src, out = write_sample(tmp_path), tmp_path / "o.onnx"
+    result = runner.invoke(app, ["run", str(src), "-o", str(out), "--passes", "cleanup,fold-bn",
+                                 "--max-rewrites", "2"])
+    assert result.exit_code == 0, result.output
+    assert bn_names(onnx.load(out)) == ["block.0.bn", "block.1.bn"]  # cleanup, then stem.bn
+    text = " ".join(result.stdout.split())
+    assert ("--max-rewrites 2: 2 rewrite(s) allowed; the last: rewrite #2 (fold-bn: "
+            "BatchNormalization 'stem.bn' into Conv 'stem.conv')") in text
+    original = samples.conv_bn_relu_residual()
+    feeds = feeds_for(original, input=(1, 3, 32, 32))
+    assert_same_outputs(original, onnx.load(out), feeds, rtol=1e-4, atol=1e-5)
+
+
+def test_bisect_names_the_wrong_fold_and_writes_the_model_before_it(tmp_path, monkeypatch):
+    corrupt_fold_of(monkeypatch, "block.1.bn")
+    src, out = write_sample(tmp_path), tmp_path / "o.onnx"
+    args = ["run", str(src), "--passes", "cleanup,fold-bn", "--bisect"]
+    result = runner.invoke(app, [*args, "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.stdout.split())
+    assert ("rewrite #4 (fold-bn: BatchNormalization 'block.1.bn' into Conv 'block.1.conv') "
+            "breaks the numbers: outputs differ: logits") in text
+    assert "--max-rewrites 4 --dump-after fold-bn" in text
+    assert bn_names(onnx.load(out)) == ["block.1.bn"]
+    result = runner.invoke(app, [*args, "--json"])
+    data = json.loads(result.stdout)
+    assert (data["schema"], data["culprit"]["index"], data["applied"]) == ("graphfix.bisect/1",
+                                                                           4, 3)
+
+
+def test_bisect_exits_0_when_no_rewrite_breaks_the_numbers(tmp_path):
+    src = write_sample(tmp_path)
+    result = runner.invoke(app, ["run", str(src), "--passes", "cleanup,fold-bn", "--bisect"])
+    assert result.exit_code == 0, result.output
+    assert "no rewrite breaks the numbers: all 4 rewrites" in " ".join(result.stdout.split())
+    result = runner.invoke(app, ["run", str(src), "--bisect", "--no-check"])
+    assert result.exit_code == 2 and "without the output check" in result.stderr

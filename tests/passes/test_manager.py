@@ -146,7 +146,9 @@ def test_model_onnxruntime_cannot_run_skips_the_check_with_reason():
         }""")
     check = check_for(model)
     assert not check.enabled
-    assert "onnxruntime cannot run the input model" in check.skipped_reason
+    assert check.skipped_reason == (
+        "not checkable: Frobnicate (acme): onnxruntime cannot run it and graphfix has no "
+        "reference form for it (docs/references.md)")
     out, report = run_passes(model, [("cleanup", Cleanup())], check, PassContext())
     assert report.passes[0].status == APPLIED
     assert report.passes[0].check == "skipped"
@@ -165,7 +167,8 @@ def test_report_to_json_has_pipeline_tools_and_records():
     assert {"onnx", "onnxruntime", "onnx-graphsurgeon", "graphfix"} <= set(data["tools"])
     assert [p["spec"] for p in data["passes"]] == ["cleanup", "fold-constants"]
     assert data["check"]["enabled"] and data["check"]["seed"] == 0
-    assert data["check"]["tolerances"]["float32"] == {"rtol": 1e-4, "atol": 1e-5}
+    assert data["check"]["tolerances"]["float32"] == {"rtol": 0.0, "atol": 1e-7, "scale": 1e-5}
+    assert data["check"]["tolerances"]["noise_floor"]["factor"] == 10
 
 
 def test_check_uses_user_data(tmp_path):
@@ -214,3 +217,53 @@ def test_passes_see_inferred_shapes_of_intermediate_tensors():
 
     run(model, Spy(), Cleanup(), Spy())
     assert seen["r"] == [2, 3]
+
+
+def test_rollback_keeps_the_rejected_model_for_the_callback_not_the_json():
+    import json
+
+    from graphfix.report import INVALID, NUMBERS, RAISED
+
+    model = parse(MODEL)
+    seen = []
+    _, report = run_passes(
+        model, [(p.name, p) for p in (BreaksNumbers(), Raises(), BreaksChecker(), Cleanup())],
+        check_for(model), PassContext(),
+        on_pass_done=lambda rec, m: seen.append((rec.rejected, ops(m))))
+    numbers, raised, invalid, cleanup = report.passes
+    assert [r.rollback_cause for r in report.passes] == [NUMBERS, RAISED, INVALID, ""]
+    assert ops(numbers.rejected) == ["Identity", "Relu", "Tanh"]  # the candidate, checkable
+    onnx.checker.check_model(numbers.rejected)
+    assert raised.rejected is None  # nothing was exported
+    assert ops(invalid.rejected) == ["Identity", "Relu", "NoSuchOp"]
+    assert [r for r, _ in seen] == [numbers.rejected, None, invalid.rejected, None]
+    assert [m for _, m in seen][:3] == [ops(model)] * 3  # the callback's model: the last good
+    data = report.to_json()
+    assert all("rejected" not in p for p in data["passes"])
+    assert data["passes"][0]["rollback_cause"] == NUMBERS
+    json.dumps(data)
+
+
+class RenamesThenBreaks(_TestPass):
+    name = "renames-then-breaks"
+
+    def run(self, graph, ctx):
+        ctx.renamed["r"] = "r_renamed"
+        ctx.input_shapes["x"] = (9, 9)
+        for node in graph.nodes:
+            if node.op == "Sigmoid":
+                node.op = "Tanh"
+        return PassResult(changed=True)
+
+
+def test_rollback_restores_the_pass_context():
+    model = parse(MODEL)
+    ctx = PassContext(input_shapes={"x": (2, 3)}, renamed={"a": "b"})
+    trt = ctx.trt = object()  # read only: kept as the same object
+    out, report = run_passes(model, [("r", RenamesThenBreaks()), ("cleanup", Cleanup())],
+                             check_for(model), ctx)
+    assert [r.status for r in report.passes] == [ROLLED_BACK, APPLIED]
+    assert ctx.renamed == {"a": "b"} and ctx.input_shapes == {"x": (2, 3)}
+    assert ctx.trt is trt
+    assert report.renamed == {"a": "b"}
+    assert ops(out) == ["Relu", "Sigmoid"]

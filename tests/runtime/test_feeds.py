@@ -5,11 +5,11 @@ from gfhelpers import parse
 from graphfix.errors import GraphfixError
 from graphfix.runtime.feeds import (
     graph_inputs,
-    load_feeds,
     parse_input_shape,
     random_feeds,
     resolve_shapes,
 )
+from graphfix.runtime.outputs import OutputCheck
 
 MODEL = '<ir_version: 8, opset_import: ["" : 17]>' + """
 g (float[batch,3,H,W] img, int64[batch,T] ids, bool[batch] flag) => (float[batch,3,H,W] y) {
@@ -79,23 +79,24 @@ def test_initializers_listed_as_inputs_are_not_inputs():
     assert [i.name for i in graph_inputs(model)] == ["x"]
 
 
-def test_load_feeds_checks_names_dtypes_and_shapes(tmp_path):
-    inputs = graph_inputs(parse(MODEL))
-    good = {"img": np.zeros((1, 3, 2, 2), np.float32), "ids": np.zeros((1, 4), np.int64),
-            "flag": np.zeros(1, bool)}
+def test_check_data_is_read_like_calibrate_data(tmp_path):
+    """`OutputCheck.prepare` reads --data with `open_data` (load_feeds is gone): float64
+    is cast, names and shapes are checked, the first file's stack is one run."""
+    model = parse(MODEL)
+    good = {"img": np.ones((2, 3, 2, 2)), "ids": np.zeros((2, 4), np.int64),
+            "flag": np.zeros(2, bool)}  # img is float64: cast, as calibrate casts it
     np.savez(tmp_path / "good.npz", **good)
-    assert set(load_feeds(tmp_path / "good.npz", inputs)) == set(good)
+    check = OutputCheck.prepare(model, {}, data=tmp_path / "good.npz")
+    assert check.feeds["img"].dtype == np.float32 and check.feeds["img"].shape == (2, 3, 2, 2)
+    assert check.enabled and check.seed is None
     np.savez(tmp_path / "missing.npz", img=good["img"])
-    with pytest.raises(GraphfixError, match="no array for input 'ids'"):
-        load_feeds(tmp_path / "missing.npz", inputs)
-    np.savez(tmp_path / "dtype.npz", **{**good, "img": good["img"].astype(np.float64)})
-    with pytest.raises(GraphfixError, match="float64, the model wants float32"):
-        load_feeds(tmp_path / "dtype.npz", inputs)
+    with pytest.raises(GraphfixError, match="none named 'ids', 'flag'"):
+        OutputCheck.prepare(model, {}, data=tmp_path / "missing.npz")
+    np.savez(tmp_path / "dtype.npz", **{**good, "ids": good["ids"].astype(np.float32)})
+    with pytest.raises(GraphfixError, match="is float32, but the model's input is int64"):
+        OutputCheck.prepare(model, {}, data=tmp_path / "dtype.npz")
     np.savez(tmp_path / "shape.npz", **{**good, "img": np.zeros((1, 4, 2, 2), np.float32)})
     with pytest.raises(GraphfixError, match="does not fit"):
-        load_feeds(tmp_path / "shape.npz", inputs)
-    (tmp_path / "junk.npz").write_bytes(b"not a zip")
-    with pytest.raises(GraphfixError, match="Cannot read"):
-        load_feeds(tmp_path / "junk.npz", inputs)
+        OutputCheck.prepare(model, {}, data=tmp_path / "shape.npz")
     with pytest.raises(GraphfixError, match="does not exist"):
-        load_feeds(tmp_path / "nope.npz", inputs)
+        OutputCheck.prepare(model, {}, data=tmp_path / "nope.npz")

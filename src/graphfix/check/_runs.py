@@ -69,7 +69,16 @@ def model_feeds(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
     return feeds_as_declared(model, out)
 
 
-def run_error(which: str, err: Exception) -> GraphfixError:
+def run_error(which: str, err: Exception, model: onnx.ModelProto | None = None,
+              feeds: Mapping[str, np.ndarray] | None = None) -> GraphfixError:
+    """With the model and the feeds it failed on, the error names the input to blame
+    where it can be told (`runtime.failures`) and how to give inputs it accepts."""
+    if model is not None and feeds is not None:
+        from graphfix.runtime.failures import explain
+
+        why, fix = explain(model, feeds, err)
+        return GraphfixError(f"onnxruntime cannot run the {which} model", f"it says: {why}",
+                             fix)
     return GraphfixError(
         f"onnxruntime cannot run the {which} model", f"it says: {said(err)}",
         "a layer-wise check needs both models to run in onnxruntime; "
@@ -138,6 +147,7 @@ def plan_group(group: Group, samples: Sequence[Mapping[str, np.ndarray]],
     cand_names |= {o for n in cand.graph.node for o in n.output if o}
     ref_info = infer_tensor_info(ref, ref_feeds)
     cand_info = infer_tensor_info(cand, cand_feeds)
+    targets = _reshape_targets(cand, plan.cand_consts)
     for t in tensors:
         plan.dtypes[t] = _dtype_name(ref_info.get(t, (0, None))[0])
         other = renamed.get(t, t)
@@ -147,6 +157,8 @@ def plan_group(group: Group, samples: Sequence[Mapping[str, np.ndarray]],
         why = _static_mismatch(ref_info.get(t, (0, None))[0], cand_info.get(other, (0, None))[0])
         if engine is not None and _cand_runs(plan, other) and other not in engine.exposed:
             plan.status[t] = engine.status(other)
+        elif other in targets:
+            plan.status[t] = RESHAPE_TARGET
         elif why:
             plan.status[t] = f"not comparable ({why})"
         else:
@@ -158,6 +170,22 @@ def plan_group(group: Group, samples: Sequence[Mapping[str, np.ndarray]],
         plan.notes.append(f"... and {len(notes) - 3} more tensors larger than the memory "
                           "budget, each run alone")
     return plan
+
+
+RESHAPE_TARGET = "a constant Reshape target in the candidate (its Reshape's output is compared)"
+
+
+def _reshape_targets(cand: onnx.ModelProto, consts: Mapping[str, onnx.TensorProto]) -> set[str]:
+    """Constants of the candidate read only as a Reshape's shape: a rewrite (graphfix's
+    fold-reshape-targets, onnxruntime's constant folding) may write a computed target
+    [1, 200] as [0, 200] or [-1, 200], the same Reshape with other numbers, so the
+    target is not compared; the Reshape's output is."""
+    readers: dict[str, list[tuple[str, int]]] = {}
+    for node in cand.graph.node:
+        for i, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node.op_type, i))
+    return {name for name in consts
+            if readers.get(name) and all(r == ("Reshape", 1) for r in readers[name])}
 
 
 def _dtype_name(elem: int) -> str:
@@ -293,6 +321,7 @@ def _values(model, runner, names, feeds, renamed, which) -> dict[str, object]:
         except GraphfixError:
             raise
         except Exception as err:
-            raise run_error(which, err) from None
+            blame = model if isinstance(runner, _OrtRunner) else None
+            raise run_error(which, err, blame, given) from None
         out.update((n, result[n]) for n in names if n in result)
     return out

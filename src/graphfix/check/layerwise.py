@@ -52,6 +52,7 @@ from graphfix.check._origins import ERROR_FLOOR, MIN_AMPLIFICATION, Origin, find
 from graphfix.check._runs import Plan, SessionCache, plan_group, run_plan
 from graphfix.errors import GraphfixError
 from graphfix.graph.protos import graph_protos, walk_protos
+from graphfix.runtime import references
 from graphfix.runtime.measure import Tally
 from graphfix.runtime.tolerances import ENGINE_FP32, Tolerance
 
@@ -228,6 +229,10 @@ def compare_layerwise(
     mode = resolve_mode(mode, reference, candidate, engine)
     if engine is not None and mode == "strict" and tolerance is None:
         tolerance = ENGINE_FP32
+    reference, stand_ins = _stand_ins(reference, "REFERENCE")
+    if engine is None:  # a TensorRT engine runs its plugins itself
+        candidate, more = _stand_ins(candidate, "CANDIDATE")
+        stand_ins += more
     cache = SessionCache(samples, renamed, providers)
     if progress and any(n.op_type == "If" for n in (*reference.graph.node,
                                                     *candidate.graph.node)):
@@ -247,6 +252,8 @@ def compare_layerwise(
                  step=(done, total), engine=engine)
         done += len(plan.chunks)
     producers = _merged_producers(plans)
+    if mode == "strict":
+        _widen_by_operands(tallies, producers)
     results = _results(reference, plans, tallies, producers, _quantized(candidate))
     first = next((t for t in results if t.ok is False), None)
     origins = find_origins(results, tallies, producers, min_amplification)
@@ -254,6 +261,9 @@ def compare_layerwise(
     outputs_ok = all(outputs[o.name].ok is True for o in reference.graph.output
                      if o.name in outputs)
     notes = _notes(reference, renamed, plans)
+    if stand_ins:
+        notes.append("reference forms ran in place of nodes onnxruntime cannot run "
+                     "(docs/references.md): " + "; ".join(stand_ins))
     if engine is not None:
         notes[:0] = [n for n in engine.notes if n not in notes]
     if first is not None and not origins:
@@ -263,6 +273,20 @@ def compare_layerwise(
     return LayerwiseReport(mode, len(samples), results, first, origins, outputs_ok, total,
                            notes, sqnr_threshold,
                            "tensorrt" if engine is not None else "onnxruntime")
+
+
+def _widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Producer]) -> None:
+    """Strict mode: a tensor that fails its own scale-relative bound is measured against
+    its operands' scale (`Tally.widen`), in topological order. Graph outputs get the same;
+    the per-pass check instead widens outputs by the model's noise floor."""
+    for name, tally in tallies.items():
+        producer = producers.get(name)
+        if producer is None or tally.ok:
+            continue
+        operands = [tallies[i] for i in producer.inputs if i in tallies and i != name]
+        for sample in [s for s, ok in tally.oks.items() if not ok]:
+            scale = max((o.scales.get(sample, 0.0) for o in operands), default=0.0)
+            tally.widen(sample, scale)
 
 
 def _merged_producers(plans: Sequence[Plan]) -> dict[str, Producer]:
@@ -313,6 +337,29 @@ def _results(reference: onnx.ModelProto, plans: Sequence[Plan], tallies: Mapping
             result.status = f"not comparable ({tally.why})"
         results.append(result)
     return results
+
+
+def _stand_ins(model: onnx.ModelProto, which: str) -> tuple[onnx.ModelProto, list[str]]:
+    """The model with reference forms for the nodes onnxruntime cannot run (standard-ONNX
+    decompositions write the node's own output names, so tensors still line up), and
+    what was substituted. GraphfixError for a node without a usable reference."""
+    if not references.needs_reference(model):
+        return model, []
+    sub = references.substitute(model)
+    if sub.not_checkable:
+        raise GraphfixError(
+            f"{which} cannot be compared: not checkable: {', '.join(sub.not_checkable)}",
+            "onnxruntime cannot run these nodes and graphfix has no reference form for them",
+            "register a reference (docs/references.md), or compare a model without them")
+    if sub.kernels:
+        labels = ", ".join(sorted({k.node.op_type for k in sub.kernels}))
+        raise GraphfixError(
+            f"{which} cannot be compared layer by layer: {labels} runs as a numpy kernel",
+            "graphfix check reads every tensor from one onnxruntime session, and a numpy "
+            "kernel runs outside it",
+            "compare the outputs with graphfix run's check, or register a standard-ONNX "
+            "decomposition (docs/references.md)")
+    return sub.model, [f"{which} {r}" for r in sub.replaced]
 
 
 def _notes(reference: onnx.ModelProto, renamed: Mapping[str, str],

@@ -3,36 +3,49 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import islice
 
 import numpy as np
 import onnx
 
-from graphfix.runtime.feeds import graph_inputs, parse_input_shape, random_feeds, resolve_shapes
+from graphfix.runtime.feeds import graph_inputs, model_feeds, parse_input_shape, resolve_shapes
 from graphfix.runtime.tolerances import Tolerance, tolerance_for
 
 
 def check_samples(model: onnx.ModelProto, data: str | os.PathLike | None, data_key: str | None,
-                  input_shapes: Sequence[str], count: int, seed: int
+                  input_shapes: Sequence[str], count: int, seed: int,
+                  values: Mapping[str, Sequence[float | int]] | None = None
                   ) -> list[dict[str, np.ndarray]]:
-    """`count` samples (batch 1 each): the first ones of `data` (anything
-    `graphfix calibrate --data` reads), else seeded random inputs, sample i with seed+i,
-    dynamic dims from `input_shapes` (NAME:DIMS) or the usual defaults."""
+    """`count` samples (one run's batch each: 1, or the model's static batch): the first
+    ones of `data` (anything `graphfix calibrate --data` reads; its shapes, no
+    `input_shapes` needed), else seeded random inputs (`runtime.feeds.model_feeds`:
+    `values` fixes inputs), sample i with seed+i, dynamic dims from `input_shapes`
+    (NAME:DIMS) or the usual defaults."""
     if data is not None:
-        from graphfix.runtime.data import open_data
+        from graphfix.runtime.data import open_data, run_batch
+        from graphfix.runtime.values import check_value_names, fixed_array
 
-        source = open_data(data, model, data_key=data_key, max_samples=count, batch_size=1)
-        return list(islice(iter(source), count))
+        batch = run_batch(model)
+        source = open_data(data, model, data_key=data_key, max_samples=count * batch,
+                           batch_size=batch, batch_option=None)
+        samples = list(islice(iter(source), count))
+        check_value_names(values or {}, [i.name for i in graph_inputs(model)])
+        for feeds in samples:
+            feeds.update({k: fixed_array(k, v, feeds[k].dtype, feeds[k].shape)
+                          for k, v in (values or {}).items()})
+        return samples
     inputs = graph_inputs(model)
     shapes = resolve_shapes(inputs, dict(parse_input_shape(s) for s in input_shapes))
-    return [random_feeds(inputs, shapes, seed + i) for i in range(count)]
+    return [model_feeds(model, shapes, seed + i, values) for i in range(count)]
 
 
 def tolerance_override(atol: float | None, rtol: float | None) -> Tolerance | None:
-    """--atol/--rtol for float tensors; the dtype's default fills the one not given."""
+    """--atol/--rtol for float tensors: a plain elementwise bound |c - r| <= atol + rtol |r|
+    (the scale-relative part of the default verdict is off); the fp32 default fills the
+    one not given."""
     if atol is None and rtol is None:
         return None
     default = tolerance_for("float32")
     return Tolerance(rtol if rtol is not None else default.rtol,
-                     atol if atol is not None else default.atol)
+                     atol if atol is not None else default.atol, scale=0.0)

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from graphfix.cli.common import EXIT_FAILED, console, user_errors
+from graphfix.cli.common import EXIT_FAILED, INPUT_VALUE_HELP, console, input_values, user_errors
 
 
 def check_command(
@@ -23,7 +23,9 @@ def check_command(
                               "a leading sample axis), or anything `calibrate --data` takes."),
     data_key: str = typer.Option(None, "--data-key", help="The array to use in one .npz."),
     input_shape: list[str] = typer.Option(None, "--input-shape", help="NAME:DIMS for the "
-                                          "random inputs' dynamic dims, e.g. x:1x3x224x224."),
+                                          "random inputs' dynamic dims, e.g. x:1x3x224x224 "
+                                          "(not needed with --data)."),
+    input_value: list[str] = typer.Option(None, "--input-value", help=INPUT_VALUE_HELP),
     samples: int = typer.Option(3, "--samples", min=1, help="How many samples to compare "
                                 "(every one is compared; the worst is reported)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
@@ -62,7 +64,8 @@ def check_command(
         renamed, removed = provenance.read(cand)
         if report is not None:
             renamed, removed = _from_report(report)
-        feeds = check_samples(ref, data, data_key, input_shape or [], samples, seed)
+        feeds = check_samples(ref, data, data_key, input_shape or [], samples, seed,
+                              input_values(input_value))
         engine = None
         if engine_spec is not None:
             from graphfix.check.engine import open_engine

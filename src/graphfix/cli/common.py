@@ -41,7 +41,7 @@ def user_errors(ctx: typer.Context) -> Iterator[None]:
     if not debug:
         import onnxruntime
 
-        onnxruntime.set_default_logger_severity(3)
+        onnxruntime.set_default_logger_severity(4)  # graphfix says the errors itself
     try:
         yield
     except GraphfixError as err:
@@ -101,7 +101,10 @@ def print_explain(section: dict, shown: int = 20) -> None:
         console.print(f"... {len(broken) - shown} more (see --report)", markup=False)
 
 
-def print_report(report: Report, show_traceback: bool = False) -> None:
+def print_report(report: Report, show_traceback: bool = False, warn_skipped: bool = False
+                 ) -> None:
+    """The pass table and notes; `warn_skipped`: a check that was asked for and could
+    not run gets a warning line (the reason says how to give inputs the model accepts)."""
     console.print(pass_table(report))
     shown = shown_records(report)
     hidden = len(report.passes) - len(shown)
@@ -112,7 +115,10 @@ def print_report(report: Report, show_traceback: bool = False) -> None:
         console.print(f"{name}: {count} round{'s' if count > 1 else ''}", markup=False)
     for note in report.verify_notes:
         console.print(f"note: {note}", markup=False)
-    if not report.check.enabled:
+    if not report.check.enabled and warn_skipped:
+        console.print(f"warning: numerical check skipped: {report.check.skipped_reason}",
+                      markup=False, style="bold yellow")
+    elif not report.check.enabled:
         console.print(f"numerical check skipped: {report.check.skipped_reason}", markup=False)
     printed: set[str] = set()
     for rec in shown:
@@ -129,3 +135,18 @@ def print_report(report: Report, show_traceback: bool = False) -> None:
         if len(notes) > NOTES_SHOWN:
             console.print(f"  {rec.spec}: ... {len(notes) - NOTES_SHOWN} more notes "
                           "(see --report)", markup=False)
+
+
+INPUT_VALUE_HELP = ("Fix an input's value, NAME=VALUE (repeatable): a number, or comma-"
+                    "separated numbers for a 1-D input, e.g. sr=16000. Broadcast to the "
+                    "input's shape and cast to its dtype; other inputs stay random.")
+DATA_HELP = ("Real inputs instead of random ones: an .npz (input name -> array), a .npy, or "
+             "a folder of .npy/.npz files (anything `graphfix calibrate --data` reads); "
+             "float64 is cast to float32. Shapes come from the data.")
+
+
+def input_values(specs: list[str] | None) -> dict[str, list[float | int]]:
+    """--input-value NAME=VALUE flags as {name: numbers}; a bad one is a GraphfixError."""
+    from graphfix.runtime.values import parse_input_value
+
+    return dict(parse_input_value(spec) for spec in specs or [])

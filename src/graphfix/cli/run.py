@@ -9,7 +9,17 @@ from typing import Optional
 import onnx
 import typer
 
-from graphfix.cli.common import EXIT_FAILED, console, print_explain, print_report, user_errors
+from graphfix.cli.common import (
+    DATA_HELP,
+    EXIT_FAILED,
+    INPUT_VALUE_HELP,
+    console,
+    err_console,
+    input_values,
+    print_explain,
+    print_report,
+    user_errors,
+)
 from graphfix.errors import GraphfixError
 from graphfix.passes.defaults import DEFAULT_PIPELINE
 from graphfix.report import PassRecord, Report
@@ -43,9 +53,8 @@ def run_command(
         help="Shape for a dynamic input, NAME:1x3x224x224 (repeatable). Dynamic axis 0 "
         "defaults to 1; other dynamic dims must be given.",
     ),
-    data: Path = typer.Option(
-        None, "--data", help="An .npz with one array per input name, used instead of random data."
-    ),
+    data: Path = typer.Option(None, "--data", help=DATA_HELP),
+    input_value: list[str] = typer.Option(None, "--input-value", help=INPUT_VALUE_HELP),
     seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Seed of the random check inputs."),
     providers: str = typer.Option(
         "cpu", "--providers", help="onnxruntime execution providers for the check, e.g. cuda,cpu."
@@ -75,6 +84,18 @@ def run_command(
         "depend on it read it, and after the pipeline the findings of `graphfix doctor` that "
         "still block parsing are printed (all findings in the JSON report).",
     ),
+    max_rewrites: int = typer.Option(
+        None, "--max-rewrites", min=0,
+        help="Apply only the first N rewrites of the whole run (numbered in order over all "
+        "passes; a pass that does not count its rewrites one by one counts as one). "
+        "See docs/debugging.md.",
+    ),
+    bisect: bool = typer.Option(
+        False, "--bisect",
+        help="Find the first rewrite that breaks the output check (binary search over "
+        "--max-rewrites, about log2(rewrites) runs): exit 1 when one does, 0 when none. "
+        "With -o, writes the model with only the rewrites before it.",
+    ),
 ) -> None:
     """Rewrite MODEL with a pipeline of passes, verifying the numbers after each pass."""
     from graphfix import api, io
@@ -96,18 +117,29 @@ def run_command(
         io.check_output_path(out, input_path=model, in_place=in_place)
         source = io.load(model)
         shapes = dict(parse_input_shape(s) for s in input_shape or [])
-        on_done = _dumper(out, dump_after, model) if dump_after else None
+        if bisect:
+            from graphfix.cli.run_bisect import run_bisect
+
+            options = dict(check=check, input_shapes=shapes, data=data,
+                           input_values=input_values(input_value), seed=seed,
+                           providers=providers.split(","), trt=trt, max_rewrites=max_rewrites)
+            run_bisect(model, source, pipeline, output, report, as_json, dump_after, options)
+            return
+        dumped: list[str] = []
+        on_done = _dumper(out, dump_after, model, dumped) if dump_after else None
         status = console.status("loading", spinner="dots") if not as_json else None
         if status:
             status.start()
         try:
             result = api.run(
-                source, pipeline, check=check, input_shapes=shapes, data=data, seed=seed,
+                source, pipeline, check=check, input_shapes=shapes, data=data,
+                input_values=input_values(input_value), seed=seed,
                 providers=providers.split(","),
                 on_pass_start=(lambda i, s: status.update(f"pass {i + 1}: {s}"))
                 if status else None,
                 on_pass_done=on_done,
                 trt=trt,
+                max_rewrites=max_rewrites,
             )
         finally:
             if status:
@@ -130,8 +162,12 @@ def run_command(
             io.write_text_atomic(report, json.dumps(rep.to_json(), indent=2) + "\n")
         if as_json:
             print(json.dumps(rep.to_json(), indent=2))
+            if check and not rep.check.enabled:
+                err_console.print(f"warning: numerical check skipped: "
+                                  f"{rep.check.skipped_reason}", markup=False)
         else:
-            print_report(rep, show_traceback=bool(ctx.obj and ctx.obj.debug))
+            print_report(rep, show_traceback=bool(ctx.obj and ctx.obj.debug),
+                         warn_skipped=check)
             if explain:
                 print_explain(rep.explain)
             if diagnosis is not None:
@@ -140,6 +176,7 @@ def run_command(
                 f"wrote {out} ({rep.nodes_before} → {rep.nodes_after} nodes, "
                 f"{rep.seconds:.2f} s)", markup=False
             )
+        _print_debugging(rep, dumped, as_json)
         if strict and rep.rolled_back:
             names = ", ".join(r.spec for r in rep.rolled_back)
             console.print(f"--strict: {names} rolled back", style="red")
@@ -153,15 +190,39 @@ def _fill_files(rep: Report, model: Path, out: Path) -> None:
     rep.output = {"path": str(out), "sha256": io.sha256_file(out)}
 
 
-def _dumper(out: Path, which: str, input_path: Path):
+def _print_debugging(rep: Report, dumped: list[str], as_json: bool) -> None:
+    """What --dump-after wrote for rolled-back passes, and the last rewrite --max-rewrites
+    let through (on stderr with --json, which keeps stdout for the JSON)."""
+    target = err_console if as_json else console
+    for line in dumped:
+        target.print(line, markup=False)
+    if rep.rewrite_limit is not None:
+        last = f"; the last: {rep.rewrites[-1]}" if rep.rewrites else ""
+        target.print(f"--max-rewrites {rep.rewrite_limit}: {len(rep.rewrites)} rewrite(s) "
+                     f"allowed{last}", markup=False)
+
+
+def _dumper(out: Path, which: str, input_path: Path, said: list[str]):
+    """The on_pass_done callback of --dump-after: the model after the pass, and for a pass
+    rolled back, the model it produced (`.REJECTED.onnx`), or in `said` why there is none."""
     from graphfix import io
+    from graphfix.report import ROLLED_BACK
 
     def dump(record: PassRecord, model: onnx.ModelProto) -> None:
         if which != "all" and which not in (record.spec, record.spec.split("{")[0]):
             return
         name = record.spec.split("{")[0]
-        path = out.with_name(f"{out.stem}.after-{record.index + 1:02d}-{name}.onnx")
-        io.save(model, path, input_path=input_path)
+        stem = f"{out.stem}.after-{record.index + 1:02d}-{name}"
+        io.save(model, out.with_name(f"{stem}.onnx"), input_path=input_path)
+        if record.status != ROLLED_BACK:
+            return
+        if record.rejected is None:
+            said.append(f"{record.spec} was rolled back before it produced a model (it "
+                        "raised): there is no rejected model to dump")
+            return
+        path = out.with_name(f"{stem}.REJECTED.onnx")
+        io.save(record.rejected, path, input_path=input_path)
+        said.append(f"wrote {path}: the model {record.spec} produced, which was rolled back")
 
     return dump
 

@@ -51,11 +51,10 @@ def bypass(graph: gs.Graph, node: gs.Node) -> str | None:
     name) instead. Returns None on success, or why the node cannot be removed.
     The node is left disconnected; `cleanup` drops it.
     """
+    why = bypass_refusal(graph, node)
+    if why:
+        return why
     inp, out = node.inputs[0], node.outputs[0]
-    if any(o.outputs for o in node.outputs[1:]) or any(
-        is_graph_output(graph, o) for o in node.outputs[1:]
-    ):
-        return "a secondary output is used"
     if not is_graph_output(graph, out):
         for consumer in list(out.outputs):
             replace_in(consumer.inputs, out, inp)
@@ -63,18 +62,31 @@ def bypass(graph: gs.Graph, node: gs.Node) -> str | None:
         node.outputs.clear()
         return None
     # The output is a graph output: its name must survive.
-    if is_graph_output(graph, inp) or any(t is inp for t in graph.inputs):
-        return "it connects a graph input or output directly to a graph output"
-    if isinstance(inp, gs.Constant) or len(inp.inputs) != 1:
-        return "its input is a constant or is not produced by a node of this graph"
     producer = inp.inputs[0]
-    if producer not in graph.nodes:
-        return "its input comes from an enclosing graph"
     if out.dtype is None and inp.dtype is not None:
         out.dtype = inp.dtype
     take_output(producer, inp, out)
     node.inputs.clear()
     node.outputs.clear()
+    return None
+
+
+def bypass_refusal(graph: gs.Graph, node: gs.Node) -> str | None:
+    """Why `bypass` would refuse to remove `node`, or None; changes nothing."""
+    inp, out = node.inputs[0], node.outputs[0]
+    if any(o.outputs for o in node.outputs[1:]) or any(
+        is_graph_output(graph, o) for o in node.outputs[1:]
+    ):
+        return "a secondary output is used"
+    if not is_graph_output(graph, out):
+        return None
+    # The output is a graph output: its name must survive.
+    if is_graph_output(graph, inp) or any(t is inp for t in graph.inputs):
+        return "it connects a graph input or output directly to a graph output"
+    if isinstance(inp, gs.Constant) or len(inp.inputs) != 1:
+        return "its input is a constant or is not produced by a node of this graph"
+    if inp.inputs[0] not in graph.nodes:
+        return "its input comes from an enclosing graph"
     return None
 
 

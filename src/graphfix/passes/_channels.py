@@ -33,7 +33,7 @@ from graphfix.graph import (
     node_label,
     take_output,
 )
-from graphfix.passes.base import Note, PassResult
+from graphfix.passes.base import LIMIT_REACHED, Note, PassContext, PassResult
 
 CONV_OPS = ("Conv", "ConvTranspose")
 
@@ -246,6 +246,8 @@ def conv_operands(m: Match) -> tuple[np.ndarray, np.ndarray | None, np.ndarray] 
 
 def fold_elementwise(
     graph: gs.Graph,
+    ctx: PassContext,
+    pass_name: str,
     ops: tuple[str, ...],
     producers: tuple[str, ...],
     plan: Callable[[Match], Any],
@@ -254,8 +256,9 @@ def fold_elementwise(
     nothing: str,
 ) -> PassResult:
     """The loop both fuse passes share: every `ops` node reading a `producers` output and
-    a constant is matched, planned (`plan` returns the new values or why not), rewritten,
-    and counted under `what(match)`; `nothing` is the note when no candidate exists."""
+    a constant is matched, planned (`plan` returns the new values or why not), rewritten
+    (one rewrite for `ctx.allow_rewrite`), and counted under `what(match)`; `nothing` is
+    the note when no candidate exists."""
     result = PassResult(changed=False)
     names = names_in_use(graph)
     found = 0
@@ -271,6 +274,10 @@ def fold_elementwise(
             planned = plan(checked) if isinstance(checked, Match) else checked
             if isinstance(planned, str):
                 result.notes.append(Note(subject=node_label(node), reason=planned))
+                continue
+            label = f"{node_label(node)} into {node_label(checked.producer)}"
+            if not ctx.allow_rewrite(pass_name, label):
+                result.notes.append(Note(subject=node_label(node), reason=LIMIT_REACHED))
                 continue
             result.counts[what(checked)] += 1
             rewrite(checked, planned, names)

@@ -15,6 +15,7 @@ kebab-case.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from collections import Counter
@@ -71,6 +72,78 @@ class PassContext:
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     renamed: dict[str, str] = field(default_factory=dict)
     trt: Any = None  # the graphfix.trt.TrtTarget given with --trt, if any
+    rewrites: RewriteBudget | None = None
+    """Counts rewrites over the whole run and stops them at a limit (`--max-rewrites`,
+    `--bisect`); None: every rewrite is allowed and nothing is counted."""
+
+    def allow_rewrite(self, pass_name: str, label: str) -> bool:
+        """Whether a pass may apply its next independent rewrite, described by `label`
+        ("BatchNormalization 'bn1' into Conv 'conv1'"). A pass calls it right before each
+        rewrite and, on False, leaves that candidate alone with a `LIMIT_REACHED` note."""
+        return self.rewrites is None or self.rewrites.allow(pass_name, label)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Copies of what a pass may change here, for `restore` when it is rolled back.
+
+        Every field but `trt` (read only) and `rewrites` (its count goes on over a
+        rollback, so rewrite numbers stay the same in every run of a pipeline)."""
+        return {f.name: copy.deepcopy(getattr(self, f.name))
+                for f in dataclasses.fields(self) if f.name not in _NOT_RESTORED}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        for name, value in snapshot.items():
+            setattr(self, name, value)
+
+
+_NOT_RESTORED = ("trt", "rewrites")
+LIMIT_REACHED = "rewrite limit reached"
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """One rewrite a budget allowed: its number over the run (from 1), the pass (its
+    pipeline text when run by the manager), what it did, and the index of the pass run
+    in the report (-1 outside the manager)."""
+
+    index: int
+    spec: str
+    label: str
+    step: int = -1
+
+    def __str__(self) -> str:
+        return f"rewrite #{self.index} ({self.spec}: {self.label})"
+
+
+class RewriteBudget:
+    """Numbers the rewrites of a run in order and allows only the first `limit` of them
+    (None: all), like LLVM's -opt-bisect-limit. `applied` lists every allowed rewrite.
+
+    Passes that do not count their rewrites one by one (`Pass.counts_rewrites` false)
+    are counted by the manager as one rewrite, "all of its changes", when they change
+    the graph.
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        if limit is not None and limit < 0:
+            raise GraphfixError(f"The rewrite limit is {limit}", "it cannot be negative",
+                                "give 0 or more (0 applies no rewrite)")
+        self.limit = limit
+        self.applied: list[Rewrite] = []
+        self.denied = 0
+        self._spec = ""
+        self._step = -1
+
+    def start(self, step: int, spec: str) -> None:
+        """The manager says which pass run the next rewrites belong to."""
+        self._spec, self._step = spec, step
+
+    def allow(self, pass_name: str, label: str) -> bool:
+        if self.limit is not None and len(self.applied) >= self.limit:
+            self.denied += 1
+            return False
+        index = len(self.applied) + 1
+        self.applied.append(Rewrite(index, self._spec or pass_name, label, self._step))
+        return True
 
 
 @dataclass(frozen=True)
@@ -86,6 +159,9 @@ class Pass:
     Options: ClassVar[type] = NoOptions
     # True when run() ends with onnx-graphsurgeon's cleanup, so the manager skips its own.
     leaves_graph_clean: ClassVar[bool] = False
+    # True when run() asks `ctx.allow_rewrite` before each independent rewrite; otherwise
+    # the manager counts the whole pass as one rewrite when a rewrite budget is set.
+    counts_rewrites: ClassVar[bool] = False
 
     def __init__(self, options: Any = None) -> None:
         self.options = options if options is not None else self.Options()

@@ -24,6 +24,9 @@ moved across graph boundaries.
 Initializers and Constant nodes are pooled separately (fold-constants turns
 Constant nodes into initializers, so run it first to share across both).
 The duplicates are left unread; `cleanup` removes them.
+
+Each duplicate redirected to its keeper is one rewrite for a rewrite budget
+(`PassContext.allow_rewrite`): a duplicate left alone changes no other pair.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from onnx_graphsurgeon.ir.tensor import SparseValues
 from onnx_graphsurgeon.logger import G_LOGGER
 
 from graphfix.graph import all_graphs, constant_value, is_onnx, node_label, replace_in
-from graphfix.passes.base import Note, Pass, PassContext, PassResult
+from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
 
 SHARED_INITIALIZERS = "shared identical initializers"
 SHARED_CONSTANT_NODES = "shared identical Constant nodes"
@@ -96,24 +99,31 @@ class DedupConstants(Pass):
     name = "dedup-constants"
     summary = "Share identical initializers and Constant nodes (same dtype, shape, bytes)."
     Options = DedupConstantsOptions
+    counts_rewrites = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
         with G_LOGGER.suppress():
             for g in all_graphs(graph):
-                self._share_initializers(g, result)
-                self._share_constant_nodes(g, result)
+                self._share_initializers(g, ctx, result)
+                self._share_constant_nodes(g, ctx, result)
         result.changed = bool(result.counts)
-        if not result.changed:
+        if not result.changed and not any(n.reason == LIMIT_REACHED for n in result.notes):
             result.notes.append(Note("graph", (
                 f"no two constants with at least {self.options.min_elements} element(s) "
                 "in the same graph have the same dtype, shape and bytes"
             )))
         return result
 
-    def _share_initializers(self, g: gs.Graph, result: PassResult) -> None:
+    def _share_initializers(self, g: gs.Graph, ctx: PassContext, result: PassResult) -> None:
         candidates = _initializer_candidates(g, self.options.min_elements, result.notes)
-        keeper_of = {id(dup.item): keep.item for keep, dup in _duplicates(candidates)}
+        keeper_of = {}
+        for keep, dup in _duplicates(candidates):
+            subject = f"initializer '{dup.item.name}'"
+            if ctx.allow_rewrite(self.name, f"{subject} as '{keep.item.name}'"):
+                keeper_of[id(dup.item)] = keep.item
+            else:
+                result.notes.append(Note(subject, LIMIT_REACHED))
         if not keeper_of:
             return
         for node in g.nodes:
@@ -122,9 +132,13 @@ class DedupConstants(Pass):
                     node.inputs[i] = keeper_of[id(tensor)]
         result.counts[SHARED_INITIALIZERS] += len(keeper_of)
 
-    def _share_constant_nodes(self, g: gs.Graph, result: PassResult) -> None:
+    def _share_constant_nodes(self, g: gs.Graph, ctx: PassContext, result: PassResult) -> None:
         candidates = _constant_node_candidates(g, self.options.min_elements, result.notes)
         for keep, dup in _duplicates(candidates):
+            label = f"{node_label(dup.item)} as {node_label(keep.item)}"
+            if not ctx.allow_rewrite(self.name, label):
+                result.notes.append(Note(node_label(dup.item), LIMIT_REACHED))
+                continue
             kept, gone = keep.item.outputs[0], dup.item.outputs[0]
             # Readers may sit in nested bodies; the keeper's output is in scope there too.
             for consumer in list(gone.outputs):

@@ -34,28 +34,32 @@ names and dtypes are kept. The first node of a pair goes only when it feeds
 nothing else and is not a graph output. Disconnected nodes are left for
 `cleanup`. Sweeps repeat until nothing changes, so chains (three Transposes,
 Reshape pairs that collapse to a no-op) reduce fully in one run.
+
+Each rule applied to a node (a pair counts once) is one rewrite for a rewrite
+budget (`PassContext.allow_rewrite`); every one leaves a valid graph on its own.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import (
     all_graphs,
-    bypass,
     fresh_name,
     is_onnx,
     names_in_use,
     node_label,
     opset_of,
 )
+from graphfix.graph.rewire import bypass, bypass_refusal
 from graphfix.passes import _noop_pairs as pairs
 from graphfix.passes import _noop_single as single
 from graphfix.passes._noop_single import Plan, View
-from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
+from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
 
 _CANDIDATES = (
     "Identity, inference Dropout, Cast, Reshape, Expand, Transpose, Unsqueeze or Squeeze pair, "
@@ -93,6 +97,7 @@ class EliminateNoops(Pass):
     name = "eliminate-noops"
     summary = "Remove nodes that compute nothing (Identity, same-type Cast, ...) and inverse pairs."
     Options = NoOptions
+    counts_rewrites = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
@@ -102,20 +107,20 @@ class EliminateNoops(Pass):
         for g in all_graphs(graph):
             view = View(g, opset, {id(n) for n in g.nodes}, names)
             while True:  # each change disconnects a node, so this ends
-                counts, notes, candidates = _sweep(view)
+                counts, notes, candidates = _sweep(view, ctx, self.name)
                 result.counts.update(counts)
                 found = found or candidates > 0
                 if not counts:
                     break
             result.notes.extend(notes)
         result.changed = bool(result.counts)
-        if not result.changed:
+        if not result.changed and not any(n.reason == LIMIT_REACHED for n in result.notes):
             why = "none of its candidates is a removable no-op" if found else f"no {_CANDIDATES}"
             result.notes.append(Note("graph", why))
         return result
 
 
-def _sweep(view: View) -> tuple[Counter[str], list[Note], int]:
+def _sweep(view: View, ctx: PassContext, pass_name: str) -> tuple[Counter[str], list[Note], int]:
     """One pass over the graph in order: (what was done, why things were kept, candidates)."""
     counts: Counter[str] = Counter()
     notes: list[Note] = []
@@ -129,7 +134,11 @@ def _sweep(view: View) -> tuple[Counter[str], list[Note], int]:
             continue
         candidates += 1
         label = node_label(node)
-        why = checked if isinstance(checked, str) else _apply(view, node, checked)
+        if isinstance(checked, str):
+            why = checked
+        else:
+            allow = partial(ctx.allow_rewrite, pass_name, f"{checked.count}: {label}")
+            why = _apply(view, node, checked, allow)
         if why:
             notes.append(Note(label, why))
         else:
@@ -137,17 +146,23 @@ def _sweep(view: View) -> tuple[Counter[str], list[Note], int]:
     return counts, notes, candidates
 
 
-def _apply(view: View, node: gs.Node, plan: Plan) -> str | None:
-    """Carry out `plan` on `node`; None when done, or why the node had to stay (unchanged)."""
+def _apply(view: View, node: gs.Node, plan: Plan, allow: Callable[[], bool]) -> str | None:
+    """Carry out `plan` on `node`; None when done, or why the node had to stay (unchanged).
+
+    `allow` asks the rewrite budget, once the plan is known to be doable."""
     old = node.inputs[0]
     if plan.source is not None:
         node.inputs[0] = plan.source
+    refused = bypass_refusal(view.g, node) if plan.remove else None
+    why = f"it computes nothing but cannot be removed: {refused}" if refused else None
+    if why is None and not allow():
+        why = LIMIT_REACHED
+    if why:
+        if plan.source is not None:
+            node.inputs[0] = old
+        return why
     if plan.remove:
-        why = bypass(view.g, node)  # changes nothing when it refuses
-        if why:
-            if plan.source is not None:
-                node.inputs[0] = old
-            return f"it computes nothing but cannot be removed: {why}"
+        bypass(view.g, node)
     else:
         if plan.op is not None:
             node.op = plan.op

@@ -23,6 +23,10 @@ disconnected BatchNormalization is left for `cleanup`.
 
 Nodes are visited in graph order, so a chain Conv -> BN -> BN folds completely
 when the graph is topologically sorted (the pass manager keeps it so).
+
+Each fold is one rewrite for a rewrite budget (`PassContext.allow_rewrite`): a fold
+leaves a valid graph whether or not the others are done (a BN after a BN that was
+not folded is then left with a note).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from graphfix.graph import (
     opset_of,
     take_output,
 )
-from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
+from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
 
 _LINEAR_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 _BN_INPUTS = ("scale", "B", "mean", "var")
@@ -90,6 +94,7 @@ class FoldBatchNorm(Pass):
     name = "fold-bn"
     summary = "Fold inference BatchNormalization into a preceding Conv, ConvTranspose, Gemm, MatMul"
     Options = NoOptions
+    counts_rewrites = True
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
@@ -107,6 +112,10 @@ class FoldBatchNorm(Pass):
                     result.notes.append(Note(subject=node_label(bn), reason=checked))
                     continue
                 producer, plan = checked
+                label = f"{node_label(bn)} into {node_label(producer)}"
+                if not ctx.allow_rewrite(self.name, label):
+                    result.notes.append(Note(node_label(bn), LIMIT_REACHED))
+                    continue
                 result.counts[f"folded BatchNormalization into {producer.op}"] += 1
                 _rewrite(bn, producer, plan, names)
                 result.changed = True

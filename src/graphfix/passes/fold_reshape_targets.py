@@ -41,7 +41,7 @@ from graphfix.graph import (
     opset_of,
 )
 from graphfix.passes._noop_shapes import slice_params, squeeze_axes
-from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
+from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
 
 # A Cast between these keeps any dimension below 2**31 (exporters cast Shape to INT32 and back).
 _INT_TYPES = {TensorProto.INT64, TensorProto.INT32}
@@ -79,6 +79,7 @@ class FoldReshapeTargets(Pass):
     name = "fold-reshape-targets"
     summary = "Make Reshape targets computed from Shape() constants (flatten with dynamic batch)."
     Options = NoOptions
+    counts_rewrites = True  # each Reshape target made constant is one rewrite
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
@@ -95,6 +96,9 @@ class FoldReshapeTargets(Pass):
                 target = _target(node, opset)
                 if isinstance(target, str):
                     result.notes.append(Note(node_label(node), target))
+                    continue
+                if not ctx.allow_rewrite(self.name, f"{node_label(node)} target {target}"):
+                    result.notes.append(Note(node_label(node), LIMIT_REACHED))
                     continue
                 name = fresh_name(f"{node.outputs[0].name}_shape", names)
                 node.inputs[1] = gs.Constant(name, np.array(target, dtype=np.int64))

@@ -80,10 +80,11 @@ class FuseConvBias(Pass):
     name = "fuse-conv-bias"
     summary = "Fold a constant Add/Sub after Conv, ConvTranspose, Gemm or MatMul into its bias"
     Options = NoOptions
+    counts_rewrites = True  # each fold is one rewrite (`_channels.fold_elementwise`)
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         return fold_elementwise(
-            graph, ("Add", "Sub"), _LINEAR_OPS, _plan, _rewrite, _what,
+            graph, ctx, self.name, ("Add", "Sub"), _LINEAR_OPS, _plan, _rewrite, _what,
             "no Add or Sub of a Conv, ConvTranspose, Gemm or MatMul output",
         )
 

@@ -56,10 +56,11 @@ class FuseConvMul(Pass):
     name = "fuse-conv-mul"
     summary = "Fold a per-channel constant Mul or Div after Conv/ConvTranspose into its weights"
     Options = NoOptions
+    counts_rewrites = True  # each fold is one rewrite (`_channels.fold_elementwise`)
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         return fold_elementwise(
-            graph, ("Mul", "Div"), CONV_OPS, _plan, _rewrite, _what,
+            graph, ctx, self.name, ("Mul", "Div"), CONV_OPS, _plan, _rewrite, _what,
             "no Mul or Div of a Conv or ConvTranspose output",
         )
 

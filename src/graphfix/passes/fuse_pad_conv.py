@@ -44,7 +44,7 @@ from graphfix.graph import (
     opset_of,
     replace_in,
 )
-from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
+from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
 
 _CONSUMERS = ("Conv", "AveragePool", "MaxPool")
 MAXPOOL = (
@@ -78,6 +78,7 @@ class FusePadConv(Pass):
     name = "fuse-pad-conv"
     summary = "Fold a zero constant Pad into the pads of the Conv or AveragePool that reads it"
     Options = NoOptions
+    counts_rewrites = True  # each Pad folded is one rewrite
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
@@ -91,6 +92,10 @@ class FusePadConv(Pass):
                 checked = _check(g, pad, opset)
                 if isinstance(checked, str):
                     result.notes.append(Note(node_label(pad), checked))
+                    continue
+                label = f"{node_label(pad)} into {node_label(checked.consumer)}"
+                if not ctx.allow_rewrite(self.name, label):
+                    result.notes.append(Note(node_label(pad), LIMIT_REACHED))
                     continue
                 _rewrite(pad, checked)
                 result.counts[f"folded Pad into {checked.consumer.op}"] += 1

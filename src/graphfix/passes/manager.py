@@ -8,11 +8,17 @@ For every pass, in order:
    strict inference), both on a weightless skeleton (`graph.skeleton`), and the
    output check (`runtime.outputs`) when enabled;
 3. a pass that raises, or fails any verification, is rolled back: the graph is
-   re-imported from the last verified model, and the run goes on. The record says
-   why, and which passes ran before it.
+   re-imported from the last verified model, the pass context (`ctx.renamed`, ...)
+   is restored to what it was before the pass, and the run goes on. The record says
+   why (`rollback_cause`), which passes ran before it, and holds the rejected model
+   (`rejected`, when one was exported) for the `on_pass_done` callback.
 A pass whose fingerprint did not change needs no verification: the graph is the
 one already verified. A `GraphfixError` from a pass is the user's problem (a bad
 option) and stops the run.
+
+With a rewrite budget (`ctx.rewrites`), passes that count their rewrites ask it
+before each one; a pass that does not (`Pass.counts_rewrites` false) and changed
+the graph is counted here as one rewrite, and undone when the budget refuses it.
 """
 
 from __future__ import annotations
@@ -30,9 +36,20 @@ from graphfix.graph import count_nodes, fingerprint, to_graph, to_model
 from graphfix.graph.protos import graph_protos
 from graphfix.graph.shapes import apply_inferred
 from graphfix.graph.skeleton import skeleton
-from graphfix.passes.base import Pass, PassContext
+from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext
 from graphfix.passes.pipeline import Pipeline, PresetSpec
-from graphfix.report import APPLIED, ROLLED_BACK, UNCHANGED, CheckInfo, PassRecord, Report
+from graphfix.report import (
+    APPLIED,
+    INVALID,
+    NUMBERS,
+    RAISED,
+    ROLLED_BACK,
+    UNCHANGED,
+    CheckInfo,
+    PassRecord,
+    Report,
+)
+from graphfix.runtime import references
 from graphfix.runtime.outputs import OutputCheck
 
 PassCallback = Callable[[PassRecord, onnx.ModelProto], None]
@@ -51,7 +68,7 @@ class Verifier:
     @classmethod
     def for_input(cls, model: onnx.ModelProto) -> Verifier:
         notes = []
-        model = skeleton(model)
+        model = _checkable_skeleton(model)
         checker_error = _checker_error(model)
         checker = checker_error is None
         if not checker:
@@ -68,7 +85,7 @@ class Verifier:
     def problem(self, model: onnx.ModelProto) -> str | None:
         """What is structurally wrong with a pass's result, or None (then `inferred` holds
         its shape-inferred skeleton)."""
-        model = skeleton(model)
+        model = _checkable_skeleton(model)
         if self.checker:
             err = _checker_error(model)
             if err:
@@ -78,6 +95,16 @@ class Verifier:
             return f"shape inference fails on the result: {err}"
         self.inferred = inferred
         return None
+
+
+def _checkable_skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The weightless skeleton that onnx.checker and shape inference see: nodes onnx
+    knows no schema for (TensorRT plugins in the default domain) stand in as their
+    reference forms (`runtime.references`), which write the same outputs."""
+    model = skeleton(model)
+    if references.needs_reference(model):
+        model = references.substitute(model).model
+    return model
 
 
 def _checker_error(model: onnx.ModelProto) -> str | None:
@@ -199,6 +226,9 @@ class _Runner:
             rounds=dict(self.rounds_run),
             seconds=time.perf_counter() - self.start,
         )
+        if self.ctx.rewrites is not None:
+            report.rewrite_limit = self.ctx.rewrites.limit
+            report.rewrites = list(self.ctx.rewrites.applied)
         return self.state.last_good, report
 
 
@@ -234,7 +264,23 @@ class _State:
         self.fingerprint = None
 
 
-def _run_one(index, spec, pass_: Pass, state: _State, ctx, verifier, output_check, ran_before):
+def _run_one(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier, output_check,
+             ran_before) -> PassRecord:
+    """Run one pass with its context restored when it is rolled back or refused."""
+    saved = ctx.snapshot()
+    if ctx.rewrites is not None:
+        ctx.rewrites.start(index, spec)
+    record = _attempt(index, spec, pass_, state, ctx, verifier, output_check, ran_before)
+    if record.status == ROLLED_BACK or LIMIT_NOTE in record.notes:
+        ctx.restore(saved)
+    return record
+
+
+LIMIT_NOTE = str(Note("all of its changes", LIMIT_REACHED))
+
+
+def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier, output_check,
+             ran_before) -> PassRecord:
     t0 = time.perf_counter()
     nodes_before = count_nodes(state.graph)
     before = state.current_fingerprint()
@@ -245,6 +291,10 @@ def _run_one(index, spec, pass_: Pass, state: _State, ctx, verifier, output_chec
         after = fingerprint(graph)
         record.counts = dict(result.counts)
         record.notes = [str(n) for n in result.notes]
+        if after != before and not _within_budget(pass_, ctx):
+            state.roll_back()  # the pass's changes, all counted as one rewrite, are refused
+            record.counts, record.notes = {}, [LIMIT_NOTE]
+            after = before
         if after == before:
             record.check = "unchanged"
             record.seconds = time.perf_counter() - t0
@@ -258,16 +308,18 @@ def _run_one(index, spec, pass_: Pass, state: _State, ctx, verifier, output_chec
     except Exception as err:
         where = f" (after {', '.join(ran_before)})" if ran_before else " (the first pass)"
         record.traceback = traceback.format_exc()
-        return _rolled_back(record, f"{type(err).__name__}: {err}{where}", state, t0)
+        return _rolled_back(record, RAISED, f"{type(err).__name__}: {err}{where}", state, t0)
     problem = verifier.problem(candidate)
     if problem:
-        return _rolled_back(record, problem, state, t0)
+        record.rejected = candidate
+        return _rolled_back(record, INVALID, problem, state, t0)
     if output_check.enabled:
         outcome = output_check.verify(candidate)
         record.max_abs_error = outcome.max_abs
         record.check = outcome.describe()
         if not outcome.ok:
-            return _rolled_back(record, record.check, state, t0)
+            record.rejected = candidate
+            return _rolled_back(record, NUMBERS, record.check, state, t0)
     else:
         record.check = "skipped"
     state.accept(candidate, verifier.inferred)
@@ -286,8 +338,19 @@ def tensor_names(model: onnx.ModelProto) -> set[str]:
     return names
 
 
-def _rolled_back(record: PassRecord, reason: str, state: _State, t0: float) -> PassRecord:
+def _within_budget(pass_: Pass, ctx: PassContext) -> bool:
+    """Whether a pass that changed the graph may keep its changes: always for a pass that
+    asked the budget rewrite by rewrite, else when the budget allows one more rewrite."""
+    if ctx.rewrites is None or pass_.counts_rewrites:
+        return True
+    return ctx.rewrites.allow(pass_.name, "all of its changes")
+
+
+def _rolled_back(
+    record: PassRecord, cause: str, reason: str, state: _State, t0: float
+) -> PassRecord:
     record.status = ROLLED_BACK
+    record.rollback_cause = cause
     record.rollback_reason = reason
     if not record.check:
         record.check = "not run"

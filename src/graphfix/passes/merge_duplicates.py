@@ -22,7 +22,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import all_graphs, is_graph_output, is_onnx, node_label, replace_in
-from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
+from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
 
 _RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                      "Multinomial", "Bernoulli", "Dropout"})
@@ -40,6 +40,7 @@ class MergeDuplicates(Pass):
     name = "merge-duplicates"
     summary = "Compute each repeated expression once (same op, attributes and input tensors)"
     Options = NoOptions
+    counts_rewrites = True  # each node merged is one rewrite
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
@@ -55,6 +56,9 @@ class MergeDuplicates(Pass):
                 if any(is_graph_output(g, t) for t in node.outputs):
                     result.notes.append(Note(node_label(node), f"it repeats {node_label(first)} "
                                              "but writes a graph output, whose name must stay"))
+                    continue
+                if not ctx.allow_rewrite(self.name, f"{node_label(node)} into {node_label(first)}"):
+                    result.notes.append(Note(node_label(node), LIMIT_REACHED))
                     continue
                 for dup, kept in zip(node.outputs, first.outputs, strict=True):
                     for reader in list(dup.outputs):

@@ -38,7 +38,7 @@ from graphfix.graph import (
     node_label,
     opset_of,
 )
-from graphfix.passes.base import Note, Pass, PassContext, PassResult
+from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
 
 _FLT_MAX = float(np.finfo(np.float32).max)  # Clip-6's default max
 _ATTR_TOL = 1e-6
@@ -100,6 +100,7 @@ class NormalizeActivations(Pass):
     name = "normalize-activations"
     summary = "Rewrite Clip(x,0,inf) and Max(x,0) as Relu and x*HardSigmoid(x) as HardSwish"
     Options = NormalizeActivationsOptions
+    counts_rewrites = True  # each node rewritten is one rewrite
 
     def _hardswish_allowed(self, ctx: PassContext) -> str | None:
         """Why HardSwish must not be emitted (option off, or the run's TensorRT target's
@@ -125,7 +126,11 @@ class NormalizeActivations(Pass):
                     checked = self._hardswish_allowed(ctx) or checked
                 if isinstance(checked, str):
                     result.notes.append(Note(node_label(node), checked))
-                elif checked is not None:
+                elif checked is None:
+                    continue
+                elif not ctx.allow_rewrite(self.name, f"{node_label(node)} as {checked.op}"):
+                    result.notes.append(Note(node_label(node), LIMIT_REACHED))
+                else:
                     _rewrite(g, node, checked)
                     result.counts[checked.count] += 1
                     result.changed = True

@@ -11,7 +11,10 @@ float64 data for a float32 input, which is cast.
 Batches are formed by cutting and concatenating rows along axis 0, so they do not
 depend on how samples are spread over files. A model input whose axis 0 is static
 (N) takes exactly N rows per run, so the batch size must be N; a scalar input takes
-one sample per run.
+one sample per run. Except, with batch size 1: when another input is batched (axis 0
+dynamic or 1) or the static sizes disagree, an input whose static axis 0 is N > 1
+(recurrent state [2, batch, 128]) is not batched: one sample of it is the whole
+array, N samples stack along a new leading axis.
 """
 
 from __future__ import annotations
@@ -69,12 +72,27 @@ def pickled(where: str) -> GraphfixError:
 class FeedChecker:
     """Checks blocks against the model's inputs and turns them into rows."""
 
-    def __init__(self, inputs: list[InputInfo], batch_size: int) -> None:
+    def __init__(self, inputs: list[InputInfo], batch_size: int,
+                 batch_option: str | None = "--batch-size") -> None:
         self.inputs = inputs
         self.batch_size = batch_size
+        self.batch_option = batch_option  # the caller's flag for it, None when it has none
         self.casts: set[str] = set()  # inputs whose float64 data is cast to float32
+        self.whole = self._whole_inputs()
         self.static_batch = self._static_batch()
         self._row_params = {i.dims[0] for i in inputs if i.dims and isinstance(i.dims[0], str)}
+
+    def _whole_inputs(self) -> set[str]:
+        """Inputs whose static axis 0 is not a batch axis (recurrent state [2, N, 128]
+        beside a batched input): with batch size 1, each of their samples is the whole
+        array, and their axis 0 is not cut."""
+        static = {i.name: i.dims[0] for i in self.inputs
+                  if i.dims and isinstance(i.dims[0], int)}
+        batched = any(i.dims is None or (i.dims and not isinstance(i.dims[0], int))
+                      for i in self.inputs) or 1 in static.values()
+        if self.batch_size != 1 or not (batched or len(set(static.values())) > 1):
+            return set()
+        return {name for name, rows in static.items() if rows != 1}
 
     def _static_batch(self) -> int | None:
         """The rows every run must have, when some input fixes them (else None)."""
@@ -82,16 +100,20 @@ class FeedChecker:
         for info in self.inputs:
             if info.dims is None or (info.dims and not isinstance(info.dims[0], int)):
                 continue
+            if info.name in self.whole:
+                continue
             rows = info.dims[0] if info.dims else 1
             if rows != self.batch_size:
                 why = (f"its axis 0 is fixed at {rows}, so every run takes exactly {rows} "
                        f"sample{'s' if rows > 1 else ''}" if info.dims
                        else "it is a scalar, so samples cannot be stacked into batches")
+                option = self.batch_option
                 raise GraphfixError(
-                    f"--batch-size {self.batch_size} does not fit input '{info.name}' "
-                    f"{show_dims(info.dims)}",
+                    f"{option or 'A batch of'} {self.batch_size} does "
+                    f"not fit input '{info.name}' {show_dims(info.dims)}",
                     why,
-                    f"pass --batch-size {rows}"
+                    (f"pass {option} {rows}" if option
+                     else f"give data whose samples fit a batch of {self.batch_size}")
                     + (", or export the model with a dynamic batch axis" if info.dims else ""),
                 )
             fixed = rows
@@ -152,6 +174,8 @@ class FeedChecker:
         for info in self.inputs:
             if info.dims == ():
                 batch[info.name] = batch[info.name].reshape(())
+            elif info.name in self.whole:
+                batch[info.name] = batch[info.name][0]
         return batch
 
     def _check_names(self, where: str, headers: Mapping[str, Header]) -> None:
@@ -196,10 +220,13 @@ class FeedChecker:
                 return shape[0], shape[1:]
             raise self._shape_error(where, info, shape, "it has no axis 0 to count samples")
         rank = max(len(info.dims), 1)  # a scalar input takes [N] (N samples) or [] (one)
+        skip = 1  # dims of the model's input before the sample's
+        if info.name in self.whole:  # [N, *dims] (N samples) or dims (one)
+            rank, skip = len(info.dims) + 1, 0
         if len(shape) not in (rank, rank - 1):
             raise self._shape_error(where, info, shape, f"its rank is {len(shape)}")
         rows, sample = (shape[0], shape[1:]) if len(shape) == rank else (1, shape)
-        for axis, (d, v) in enumerate(zip(info.dims[1:], sample, strict=True), 1):
+        for axis, (d, v) in enumerate(zip(info.dims[skip:], sample, strict=True), skip):
             if isinstance(d, int) and d != v:
                 problem = f"the model's dim {axis} is {d}, the data has {v} there"
                 raise self._shape_error(where, info, shape, problem)
@@ -207,7 +234,7 @@ class FeedChecker:
 
     def _shape_error(self, where: str, info: InputInfo, shape: tuple[int, ...],
                      problem: str) -> GraphfixError:
-        sample = tuple(info.dims or ())[1:]
+        sample = tuple(info.dims or ())[0 if info.name in self.whole else 1:]
         return GraphfixError(
             f"The data for input '{info.name}' in '{where}' has shape {show_shape(shape)}, "
             f"which does not fit the model's input {show_dims(info.dims)}",
@@ -219,7 +246,8 @@ class FeedChecker:
     def _check_params(self, where: str, shapes: list[tuple[int, ...]]) -> None:
         seen: dict[str, tuple[str, int]] = {}
         for info, sample in zip(self.inputs, shapes, strict=True):
-            for d, v in zip((info.dims or ())[1:], sample, strict=False):
+            dims = (info.dims or ())[0 if info.name in self.whole else 1:]
+            for d, v in zip(dims, sample, strict=False):
                 if not isinstance(d, str) or d in self._row_params:
                     continue
                 other = seen.setdefault(d, (info.name, v))

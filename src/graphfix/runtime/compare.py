@@ -1,18 +1,24 @@
-"""Comparing a candidate's outputs with the reference's, per output."""
+"""Comparing a candidate's graph outputs with the reference's, one verdict per output.
+
+Each output is measured by `runtime.measure.measure` (the one measure `graphfix check`
+uses too), with the model's noise floor for that output when it was measured.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from graphfix.runtime.measure import Measure, describe, measure
 from graphfix.runtime.tolerances import Tolerance, tolerance_for
 
 
 @dataclass(frozen=True)
 class OutputDiff:
-    """How one output compares: errors, the tolerance applied, and whether it holds."""
+    """How one output compares: the measure, and whether it holds."""
 
     name: str
     ok: bool
@@ -20,61 +26,50 @@ class OutputDiff:
     max_rel: float
     tolerance: Tolerance
     problem: str = ""
+    measure: Measure | None = None
+
+    @property
+    def scaled(self) -> float:
+        """max |c - r| / max |r| (inf when they do not compare)."""
+        return self.measure.error if self.measure is not None else math.inf
+
+    @property
+    def sqnr_db(self) -> float:
+        return self.measure.sqnr_db if self.measure is not None else -math.inf
 
     def describe(self) -> str:
         if self.problem:
             return f"{self.name}: {self.problem}"
-        return (
-            f"{self.name}: max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g} "
-            f"(rtol {self.tolerance.rtol:g}, atol {self.tolerance.atol:g})"
-        )
+        assert self.measure is not None
+        return f"{self.name}: {describe(self.measure)}"
 
 
 def compare_outputs(
     reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray],
-    float_tolerance: Tolerance | None = None,
+    float_tolerance: Tolerance | None = None, floors: Mapping[str, float] | None = None,
 ) -> list[OutputDiff]:
     """Compare every reference output with the candidate's output of the same name.
-    `float_tolerance` replaces the per-dtype tolerance of float tensors (--atol/--rtol)."""
-    return [_compare_one(name, ref, candidate.get(name), float_tolerance)
+    `float_tolerance` replaces the per-dtype tolerance of float tensors (--atol/--rtol);
+    `floors` are the model's noise floors per output (absolute, `runtime.outputs`)."""
+    floors = floors or {}
+    return [_compare_one(name, ref, candidate.get(name), float_tolerance, floors.get(name, 0.0))
             for name, ref in reference.items()]
 
 
 def _compare_one(name: str, ref: np.ndarray, cand: np.ndarray | None,
-                 float_tolerance: Tolerance | None = None) -> OutputDiff:
+                 float_tolerance: Tolerance | None, floor: float) -> OutputDiff:
     ref = np.asarray(ref)
-    tol = tolerance_for(ref.dtype)
-    if float_tolerance is not None and ref.dtype.kind == "f":
-        tol = float_tolerance
+    tol = float_tolerance if float_tolerance is not None and ref.dtype.kind == "f" \
+        else tolerance_for(ref.dtype)
     if cand is None:
-        return OutputDiff(name, False, np.inf, np.inf, tol, "missing from the rewritten model")
+        return OutputDiff(name, False, math.inf, math.inf, tol, "missing from the rewritten model")
     cand = np.asarray(cand)
     if cand.dtype != ref.dtype:
-        return OutputDiff(
-            name, False, np.inf, np.inf, tol, f"dtype changed {ref.dtype} -> {cand.dtype}"
-        )
+        return OutputDiff(name, False, math.inf, math.inf, tol,
+                          f"dtype changed {ref.dtype} -> {cand.dtype}")
     if cand.shape != ref.shape:
-        return OutputDiff(
-            name, False, np.inf, np.inf, tol, f"shape changed {ref.shape} -> {cand.shape}"
-        )
-    if ref.size == 0:
-        return OutputDiff(name, True, 0.0, 0.0, tol)
-    if ref.dtype.kind not in "fc":
-        diff = np.abs(ref.astype(np.float64) - cand.astype(np.float64))
-        max_abs = float(diff.max())
-        return OutputDiff(name, max_abs == 0, max_abs, max_abs, tol)
-    r, c = ref.astype(np.float64), cand.astype(np.float64)
-    if not np.array_equal(np.isnan(r), np.isnan(c)):
-        return OutputDiff(name, False, np.inf, np.inf, tol, "NaN in different places")
-    inf_r, inf_c = np.isinf(r), np.isinf(c)
-    if not np.array_equal(inf_r, inf_c) or not np.array_equal(r[inf_r], c[inf_c]):
-        return OutputDiff(name, False, np.inf, np.inf, tol, "infinities differ")
-    finite = np.isfinite(r)
-    diff = np.abs(r[finite] - c[finite])
-    mag = np.abs(r[finite])
-    max_abs = float(diff.max()) if diff.size else 0.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.where(mag > 0, diff / mag, np.where(diff > 0, np.inf, 0.0))
-    max_rel = float(rel.max()) if rel.size else 0.0
-    ok = bool(np.all(diff <= tol.atol + tol.rtol * mag))
-    return OutputDiff(name, ok, max_abs, max_rel, tol)
+        return OutputDiff(name, False, math.inf, math.inf, tol,
+                          f"shape changed {ref.shape} -> {cand.shape}")
+    m = measure(ref, cand, tolerance=tol, floor=floor)
+    assert not isinstance(m, str), "dtype and shape were checked"
+    return OutputDiff(name, m.ok, m.max_abs, m.max_rel, tol, m.problem, m)

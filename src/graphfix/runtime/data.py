@@ -45,7 +45,9 @@ from graphfix.runtime._images import IMAGE_SUFFIXES, ImageFolder, Preprocess
 from graphfix.runtime._sources import LoaderScript, array_folder, single_npy, single_npz
 from graphfix.runtime.feeds import InputInfo, graph_inputs
 
-__all__ = ["CalibrationData", "InputSpec", "Preprocess", "open_data"]
+__all__ = ["CalibrationData", "InputSpec", "Preprocess", "first_feeds", "open_data",
+           "run_batch"]
+OWN_BATCH_MAX = 32  # samples of a file's stack the per-pass check runs at once
 
 
 @dataclass(frozen=True)
@@ -186,11 +188,14 @@ def open_data(
     loader_script: str | None = None,
     max_samples: int | None = None,
     batch_size: int = 1,
+    batch_option: str | None = "--batch-size",
 ) -> CalibrationData:
     """Calibration data for `model` from `source` (see the module docstring for the forms).
 
     Checks the options and every file's header against the model's inputs before
-    returning; raises GraphfixError (what, why, fix) naming the file and input."""
+    returning; raises GraphfixError (what, why, fix) naming the file and input.
+    `batch_option` is the calling command's flag for `batch_size`, named in errors
+    (None: the command has none, and errors say what data would fit)."""
     for flag, value in (("--batch-size", batch_size), ("--max-samples", max_samples)):
         if value is not None and value < 1:
             raise GraphfixError(f"{flag} {value} is not usable", "it counts samples",
@@ -199,13 +204,39 @@ def open_data(
     if not inputs:
         raise GraphfixError("The model has no inputs to calibrate with",
                             "every graph input is an initializer", "")
-    checker = FeedChecker(inputs, batch_size)
+    checker = FeedChecker(inputs, batch_size, batch_option)
     src = _open_source(source, checker, data_key, preprocess, loader_script)
     if src.blocks is None:
         return CalibrationData(src, inputs, checker, 0, max_samples, None, counted=False)
     total = sum(b.rows for b in src.blocks)
     stop = total if max_samples is None else min(total, max_samples)
     return CalibrationData(src, inputs, checker, 0, stop, total)
+
+
+def run_batch(model: onnx.ModelProto) -> int:
+    """The samples one check run takes: the static axis 0 all inputs share when none is
+    dynamic (a model exported for batch 4), else 1."""
+    firsts = {i.dims[0] if i.dims else 1 for i in graph_inputs(model) if i.dims is not None}
+    return firsts.pop() if len(firsts) == 1 and isinstance(next(iter(firsts)), int) else 1
+
+
+def first_feeds(source: str | os.PathLike, model: onnx.ModelProto,
+                data_key: str | None = None) -> dict[str, np.ndarray]:
+    """The first run's inputs of anything `open_data` reads, for a command with no
+    --batch-size (the per-pass check of `graphfix run`): `run_batch` samples; when every
+    input's axis 0 is dynamic, the first file's own stack (an .npz of [2, 3, 32, 32] runs
+    as batch 2), at most `OWN_BATCH_MAX` samples of it."""
+    batch = run_batch(model)
+    data = open_data(source, model, data_key=data_key, max_samples=batch, batch_size=batch,
+                     batch_option=None)
+    blocks = data._source.blocks
+    free = all(i.dims is None or (i.dims and not isinstance(i.dims[0], int))
+               for i in data.inputs)
+    own = min(blocks[0].rows, OWN_BATCH_MAX) if blocks and free else 1
+    if own > 1:
+        data = open_data(source, model, data_key=data_key, max_samples=own, batch_size=own,
+                         batch_option=None)
+    return next(iter(data))
 
 
 def _open_source(source: str | os.PathLike | None, checker: FeedChecker,

@@ -10,12 +10,15 @@ A dim is dynamic when it has a symbolic name, no value, or a value <= 0 (some
 exporters write -1).
 
 Seeded data: floats ~ N(0, 1); integers uniform in [0, 8) (small, so that
-index-like inputs stay in range for most models); booleans fair coin flips.
+index-like inputs stay in range for most models); booleans fair coin flips. Except
+(see `values` for the rules): values the user fixes (`--input-value`); small integer
+inputs the graph compares with a constant take that constant (an integer scalar with
+none is refused: a random rate or mode breaks most models); recurrent state inputs
+(`state`, `h0`, `past_*`, `*cache*`, ...) are zeros. `model_feeds` applies all of it.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +28,14 @@ import onnx
 from onnx import helper
 
 from graphfix.errors import GraphfixError
+from graphfix.runtime.values import (
+    InputValue,
+    check_value_names,
+    constant_hints,
+    fixed_array,
+    is_small_integer,
+    is_state_name,
+)
 
 DEFAULT_SEED = 0
 _SHAPE = re.compile(r"^\d+(x\d+)*$")
@@ -168,15 +179,24 @@ def _check_given(info: InputInfo, shape: tuple[int, ...]) -> None:
 
 
 def random_feeds(
-    inputs: list[InputInfo], shapes: Mapping[str, tuple[int, ...]], seed: int = DEFAULT_SEED
+    inputs: list[InputInfo],
+    shapes: Mapping[str, tuple[int, ...]],
+    seed: int = DEFAULT_SEED,
+    fixed: Mapping[str, InputValue] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Seeded test data for every input (see the module docstring for distributions)."""
+    """Seeded test data for every input (see the module docstring for distributions);
+    inputs in `fixed` take that value, broadcast to their shape and cast."""
     rng = np.random.default_rng(seed)
+    fixed = fixed or {}
     feeds = {}
     for info in inputs:
         shape = shapes[info.name]
         kind = info.dtype.kind if info.dtype is not None else "f"
-        if kind == "f":
+        if info.name in fixed:
+            arr = fixed_array(info.name, fixed[info.name], info.dtype, shape)
+        elif kind == "f" and is_state_name(info.name):
+            arr = np.zeros(shape, info.dtype or np.float32)
+        elif kind == "f":
             arr = rng.standard_normal(shape).astype(info.dtype or np.float32)
         elif kind in "iu":
             arr = rng.integers(0, 8, size=shape).astype(info.dtype)
@@ -193,36 +213,30 @@ def random_feeds(
     return feeds
 
 
-def load_feeds(path: str | os.PathLike, inputs: list[InputInfo]) -> dict[str, np.ndarray]:
-    """Inputs from an .npz file, one array per input name, checked against the model."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except FileNotFoundError:
-        raise GraphfixError(
-            f"The data file '{path}' does not exist", "", "check the --data path"
-        ) from None
-    except (OSError, ValueError) as err:
-        raise GraphfixError(
-            f"Cannot read '{path}' as an .npz file of input arrays",
-            f"numpy says: {err}",
-            "save the inputs with numpy.savez(path, **{input_name: array})",
-        ) from None
-    feeds = {}
+def model_feeds(
+    model: onnx.ModelProto,
+    shapes: Mapping[str, tuple[int, ...]],
+    seed: int = DEFAULT_SEED,
+    values: Mapping[str, InputValue] | None = None,
+) -> dict[str, np.ndarray]:
+    """`random_feeds` for `model`'s inputs with the values the model accepts: `values`
+    (the user's), then its constants' for small integer inputs (see `values`)."""
+    inputs = graph_inputs(model)
+    values = dict(values or {})
+    check_value_names(values, [i.name for i in inputs])
+    small = [i.name for i in inputs if i.name not in values
+             and is_small_integer(i.dtype, shapes.get(i.name, ()))]
+    fixed: dict[str, InputValue] = dict(constant_hints(model, small)) if small else {}
     for info in inputs:
-        if info.name not in arrays:
+        if info.name in small and info.name not in fixed and shapes.get(info.name) == ():
             raise GraphfixError(
-                f"The data file '{path}' has no array for input '{info.name}'",
-                f"it has: {', '.join(sorted(arrays)) or 'nothing'}",
-                "store one array per model input, keyed by the input's name",
+                f"Input '{info.name}' is an integer scalar, and graphfix cannot tell which "
+                "values the model accepts",
+                "a random integer breaks a model whose scalar input is a rate or a mode "
+                f"(e.g. a sample rate it compares with 16000), and nothing in the graph "
+                f"compares '{info.name}' with a constant",
+                f"pass --input-value {info.name}=VALUE (e.g. {info.name}=16000), or real "
+                "inputs with --data",
             )
-        arr = arrays[info.name]
-        if info.dtype is not None and arr.dtype != info.dtype:
-            raise GraphfixError(
-                f"Array '{info.name}' in '{path}' is {arr.dtype}, the model wants {info.dtype}",
-                "onnxruntime does not convert input types",
-                f"save it with .astype('{info.dtype}')",
-            )
-        _check_given(info, arr.shape)
-        feeds[info.name] = arr
-    return feeds
+    fixed.update(values)
+    return random_feeds(inputs, shapes, seed, fixed)

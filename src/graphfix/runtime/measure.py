@@ -1,23 +1,24 @@
-"""How far one candidate tensor is from the reference's, per sample, and over samples.
+"""The one "same numbers" measure: how far a candidate tensor is from the reference's.
 
-Per sample (one onnxruntime run):
+Used by the per-pass check (`runtime.outputs`, via `runtime.compare`), by `graphfix
+check` for every tensor (`Tally`, per sample and over samples) and by calibration's
+comparisons (`ratio_db`). The bound itself is explained in `runtime.tolerances`.
 
-- ok (strict mode): `runtime.compare.compare_outputs`, i.e. the tolerance of the dtype in
-  `runtime.tolerances` (numpy.isclose per element, NaNs in the same places, equal
-  infinities; integers and booleans exact).
-- ok (sqnr mode): SQNR >= the threshold for float tensors; integers and booleans exact.
-- max abs: max |c - r| over the finite elements.
-- max rel: max |c - r| / max(|r|, guard) per element, where the guard is the dtype's
-  atol (1 for integers and booleans): an element near zero is measured against the
-  smallest difference the tolerance ever allows, not against ~0 (which would make
-  every ReLU zero that the candidate computes as 1e-9 an "infinite" relative error).
-- SQNR: 10 log10(sum r^2 / sum (r - c)^2) in dB; +inf when the tensors are equal,
-  -inf when the reference is all zeros and the candidate is not.
-- error (the measure origins are ranked by): strict mode, max |c - r| / max |r| (the
-  largest difference relative to the tensor's magnitude; robust to near-zero
-  elements); sqnr mode, the noise power ratio sum (r - c)^2 / sum r^2 = 10^(-SQNR/10).
-  Both are 0 for equal tensors and inf when the reference is all zeros and the
-  candidate is not (or NaN/inf placements differ).
+Per sample (one onnxruntime run), over the finite elements:
+
+- scale S: max |r|.
+- max abs: max |c - r|.
+- error: max |c - r| / S (strict mode; 0 for equal tensors, inf when S is 0 and the
+  candidate differs), or the noise power ratio sum (c - r)^2 / sum r^2 = 10^(-SQNR/10)
+  (sqnr mode). Origins are ranked by it.
+- max rel: max |c - r| / max(|r|, allowed) per element, where `allowed` is the
+  absolute part of the bound (`Tolerance.allowed`): an element near zero is measured
+  against the smallest difference the bound ever allows, not against ~0.
+- SQNR: 10 log10(sum r^2 / sum (r - c)^2) in dB; +inf when equal, -inf when the
+  reference is all zeros and the candidate is not.
+- ok (strict mode): |c - r| <= allowed + rtol |r| for every element, NaNs in the same
+  places, equal infinities; integers and booleans equal. ok (sqnr mode): SQNR >= the
+  threshold for float tensors; integers and booleans equal.
 
 Two dtypes compare when both are float (at the less precise one, with its tolerance:
 an fp16 candidate is not held to fp32's) or both integer/boolean (as int64, exactly).
@@ -30,8 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphfix.runtime.compare import compare_outputs
 from graphfix.runtime.tolerances import Tolerance, tolerance_for
+
+STRICT, SQNR = "strict", "sqnr"
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,10 @@ class Measure:
     max_rel: float
     sqnr_db: float
     error: float
+    scale: float = 0.0  # max |r|
+    allowed: float = 0.0  # the absolute part of the bound (plus rtol |r|)
+    tolerance: Tolerance | None = None
+    problem: str = ""  # NaN/inf placement
 
 
 def common_dtype(a: np.dtype, b: np.dtype) -> np.dtype | None:
@@ -54,9 +60,11 @@ def common_dtype(a: np.dtype, b: np.dtype) -> np.dtype | None:
     return None
 
 
-def measure(ref, cand, mode: str, threshold: float,
-            tolerance: Tolerance | None = None) -> Measure | str:
-    """The per-sample numbers (module docstring), or why the two do not compare."""
+def measure(ref, cand, mode: str = STRICT, threshold: float = 0.0,
+            tolerance: Tolerance | None = None, floor: float = 0.0) -> Measure | str:
+    """The per-sample numbers (module docstring), or why the two do not compare.
+    `tolerance` replaces the dtype's for float tensors; `floor` is the model's own
+    noise floor for this tensor (absolute), when measured."""
     if not isinstance(ref, np.ndarray) or not isinstance(cand, np.ndarray):
         return "not a tensor"
     dtype = common_dtype(ref.dtype, cand.dtype)
@@ -64,35 +72,56 @@ def measure(ref, cand, mode: str, threshold: float,
         return f"dtype {ref.dtype} vs {cand.dtype}"
     if ref.shape != cand.shape:
         return f"shape {_shape(ref.shape)} vs {_shape(cand.shape)}"
-    r, c = ref.astype(dtype, copy=False), cand.astype(dtype, copy=False)
     tol = tolerance if tolerance is not None and dtype.kind == "f" else tolerance_for(dtype)
-    if dtype.kind != "f":
-        (diff,) = compare_outputs({"t": r}, {"t": c})  # integers and booleans: exact
-        within = diff.ok
-    r64, c64 = r.astype(np.float64).ravel(), c.astype(np.float64).ravel()
+    r64 = ref.astype(dtype, copy=False).astype(np.float64).ravel()
+    c64 = cand.astype(dtype, copy=False).astype(np.float64).ravel()
     finite = np.isfinite(r64)
-    if not finite.all():  # NaNs and infinities must sit in the same places (runtime.compare)
+    if not finite.all():  # NaNs and infinities must sit in the same places
         if not np.array_equal(r64[~finite], c64[~finite], equal_nan=True):
-            return Measure(False, math.inf, math.inf, -math.inf, math.inf)
+            return _broken(tol, "NaN or infinity in different places")
         r64, c64 = r64[finite], c64[finite]
+    if not np.isfinite(c64).all():
+        return _broken(tol, "NaN or infinity where the reference is finite")
     d = np.abs(c64 - r64)
     mag = np.abs(r64)
-    if not np.isfinite(c64).all():
-        return Measure(False, math.inf, math.inf, -math.inf, math.inf)
     max_abs = float(d.max()) if d.size else 0.0
-    if dtype.kind == "f":  # the same rule as runtime.compare: |c - r| <= atol + rtol |r|
-        within = bool(np.all(d <= tol.atol + tol.rtol * mag))
-    guard = tol.atol if tol.atol > 0 else 1.0
+    scale = float(mag.max()) if mag.size else 0.0
+    allowed = tol.allowed(scale, floor) if dtype.kind == "f" else 0.0
+    if dtype.kind == "f":
+        within = bool(np.all(d <= allowed + tol.rtol * mag))
+    else:
+        within = max_abs == 0
+    guard = allowed if allowed > 0 else 1.0
     max_rel = float((d / np.maximum(mag, guard)).max()) if d.size else 0.0
     signal, noise = float(np.dot(mag, mag)), float(np.dot(d, d))
     sqnr = ratio_db(signal, noise)
-    if mode == "sqnr":
+    if mode == SQNR:
         error = _safe_div(noise, signal)
         ok = within if dtype.kind != "f" else sqnr >= threshold
     else:
-        error = _safe_div(max_abs, float(mag.max()) if mag.size else 0.0)
+        error = _safe_div(max_abs, scale)
         ok = within
-    return Measure(bool(ok), max_abs, max_rel, sqnr, error)
+    return Measure(bool(ok), max_abs, max_rel, sqnr, error, scale, allowed, tol)
+
+
+def _broken(tol: Tolerance, problem: str) -> Measure:
+    return Measure(False, math.inf, math.inf, -math.inf, math.inf, 0.0, 0.0, tol, problem)
+
+
+def describe(m: Measure) -> str:
+    """One line: the numbers `graphfix run` and `graphfix check` both report."""
+    if m.problem:
+        return m.problem
+    if m.max_abs == 0:
+        return "exact"
+    text = f"max abs {m.max_abs:.3g} = {m.error:.2g} of max|ref| {m.scale:.3g}"
+    if math.isfinite(m.sqnr_db):
+        text += f", SQNR {m.sqnr_db:.0f} dB"
+    if m.tolerance is not None and m.tolerance.rtol > 0:
+        text += f" (allowed {m.allowed:.2g} + {m.tolerance.rtol:g}|ref|)"
+    elif m.tolerance is not None:
+        text += f" (allowed {m.allowed:.2g})"
+    return text
 
 
 def _safe_div(num: float, den: float) -> float:
@@ -126,6 +155,9 @@ class Tally:
     max_rel: float = 0.0
     sqnr_db: float = math.inf
     why: str = ""  # set when the pair does not compare (dtype, shape, not a tensor)
+    scales: dict[int, float] = field(default_factory=dict)  # max |r| per sample
+    abs_errors: dict[int, float] = field(default_factory=dict)  # max |c - r| per sample
+    tolerance: Tolerance | None = None  # what strict mode held it to (floats)
 
     def add(self, sample: int, ref, cand, mode: str, threshold: float,
             tolerance: Tolerance | None = None) -> None:
@@ -137,9 +169,24 @@ class Tally:
             return
         self.errors[sample] = m.error
         self.oks[sample] = m.ok
+        self.scales[sample], self.abs_errors[sample] = m.scale, m.max_abs
+        self.tolerance = m.tolerance
         self.max_abs = max(self.max_abs, m.max_abs)
         self.max_rel = max(self.max_rel, m.max_rel)
         self.sqnr_db = min(self.sqnr_db, m.sqnr_db)
+
+    def widen(self, sample: int, operand_scale: float) -> None:
+        """Measure the sample against the larger of its own scale and `operand_scale`
+        (the largest scale among the tensors its node computes it from): rounding in a
+        node is relative to its operands, so Sigmoid(x) with |x| up to 40 carries error
+        relative to 40, not to its own 1. Only a scale-relative bound widens."""
+        tol = self.tolerance
+        if tol is None or tol.scale <= 0 or self.oks.get(sample, True) or self.why:
+            return
+        scale = max(self.scales[sample], operand_scale)
+        if self.abs_errors[sample] <= tol.allowed(scale):
+            self.oks[sample] = True
+            self.errors[sample] = _safe_div(self.abs_errors[sample], scale)
 
     @property
     def compared(self) -> bool:

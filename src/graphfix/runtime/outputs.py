@@ -1,10 +1,15 @@
 """The per-pass output check: run the original once, then each rewrite, and compare.
 
-The original model runs in onnxruntime (see `runtime`) on seeded random inputs
-or the user's `.npz`; its outputs are the reference. After a pass, the rewritten
-model runs on the same inputs and every graph output is compared with the
-tolerances in `tolerances`. When onnxruntime cannot run the original (custom
-ops, unsupported opset, ...) the check is skipped with the reason.
+The original model runs in onnxruntime (`runtime.session`: CPU, graph optimizations
+off) on seeded random inputs or the user's data; its outputs are the reference. It
+runs a second time with onnxruntime's BASIC optimizations on (which fold BatchNorm
+and fuse Conv with Add/Mul, as graphfix's passes do): max |r' - r| per float output is
+the model's noise floor, what a correct reordering of this model's arithmetic moves it
+by. After a pass, the rewritten model runs on the reference inputs and every graph
+output is measured by `runtime.compare` against the bound in `runtime.tolerances`
+(scale-relative, or within `FLOOR_FACTOR` times the floor). When onnxruntime cannot
+run the original (custom ops, unsupported opset, ...) the check is skipped with the
+reason.
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ import onnx
 from onnx import helper
 
 from graphfix.errors import said
+from graphfix.runtime import references
 from graphfix.runtime.compare import OutputDiff, compare_outputs
-from graphfix.runtime.feeds import DEFAULT_SEED, graph_inputs, load_feeds, random_feeds
+from graphfix.runtime.failures import cannot_run
+from graphfix.runtime.feeds import DEFAULT_SEED, graph_inputs, model_feeds
 from graphfix.runtime.session import run_model
-from graphfix.runtime.tolerances import tolerance_table
+from graphfix.runtime.tolerances import FLOOR_FACTOR, tolerance_table
+from graphfix.runtime.values import InputValue, check_value_names, fixed_array
 
 
 @dataclass
@@ -44,7 +52,10 @@ class CheckOutcome:
         if bad:
             return "outputs differ: " + "; ".join(d.describe() for d in bad)
         worst = self.max_abs
-        return "passed" + (f" (max abs {worst:.2g})" if worst else " (exact)")
+        if not worst:
+            return "passed (exact)"
+        scaled = max(d.scaled for d in self.diffs if np.isfinite(d.max_abs))
+        return f"passed (max abs {worst:.2g}, {scaled:.2g} of the output's scale)"
 
 
 class OutputCheck:
@@ -65,6 +76,7 @@ class OutputCheck:
         self.providers = tuple(providers)
         self.seed = seed
         self.data = data
+        self.floors: dict[str, float] = {}  # output -> the model's noise floor (max abs)
 
     @property
     def enabled(self) -> bool:
@@ -78,19 +90,34 @@ class OutputCheck:
         data: str | os.PathLike | None = None,
         seed: int = DEFAULT_SEED,
         providers: Sequence[str] = ("cpu",),
+        values: Mapping[str, InputValue] | None = None,
     ) -> OutputCheck:
-        """Make the inputs and run the original; a model onnxruntime cannot run is skipped."""
-        inputs = graph_inputs(model)
+        """Make the inputs and run the original; a model onnxruntime cannot run is skipped,
+        with why (`runtime.failures`). Inputs: the first run's worth of `data` (anything
+        `open_data` reads), else `model_feeds` (seeded; `values` fixes inputs)."""
         if data is not None:
-            feeds, used_seed = load_feeds(data, inputs), None
+            from graphfix.runtime.data import first_feeds
+
+            feeds, used_seed = first_feeds(data, model), None
+            if values:
+                check_value_names(values, [i.name for i in graph_inputs(model)])
+                feeds.update({k: fixed_array(k, v, feeds[k].dtype, feeds[k].shape)
+                              for k, v in values.items()})
         else:
-            feeds, used_seed = random_feeds(inputs, shapes, seed), seed
+            feeds, used_seed = model_feeds(model, shapes, seed, values), seed
         try:
-            reference = run_model(model, feeds, providers)
-        except Exception as err:  # onnxruntime raises many types; all mean "cannot run it"
-            reason = f"onnxruntime cannot run the input model: {said(err)}"
+            reference = run_checkable(model, feeds, providers)
+        except NotCheckable as err:
+            reason = (f"{err}: onnxruntime cannot run it and graphfix has no reference form "
+                      "for it (docs/references.md)")
             return cls(feeds, None, reason, providers, used_seed, str(data or ""))
-        return cls(feeds, reference, "", providers, used_seed, str(data or ""))
+        except Exception as err:  # onnxruntime raises many types; all mean "cannot run it"
+            source = f"the data in '{data}'" if data is not None else "seeded random inputs"
+            reason = cannot_run(model, feeds, err, source, providers)
+            return cls(feeds, None, reason, providers, used_seed, str(data or ""))
+        check = cls(feeds, reference, "", providers, used_seed, str(data or ""))
+        check.measure_floor(model)
+        return check
 
     @classmethod
     def disabled(cls, reason: str) -> OutputCheck:
@@ -100,17 +127,61 @@ class OutputCheck:
         """Run the rewritten model on the reference inputs and compare every output."""
         assert self.reference is not None, "verify() on a disabled check"
         try:
-            outputs = run_model(model, feeds_as_declared(model, self.feeds), self.providers)
+            outputs = run_checkable(model, feeds_as_declared(model, self.feeds), self.providers)
+        except NotCheckable as err:
+            return CheckOutcome(False, error=str(err))
         except Exception as err:
             return CheckOutcome(False, error=f"onnxruntime cannot run it: {said(err)}")
-        diffs = compare_outputs(self.reference, outputs)
+        diffs = compare_outputs(self.reference, outputs, floors=self.floors)
         return CheckOutcome(all(d.ok for d in diffs), diffs)
+
+    def measure_floor(self, model: onnx.ModelProto) -> None:
+        """The noise floor of each float output (module docstring); none when
+        onnxruntime's optimized run fails or disagrees on shapes (then only the
+        scale-relative bound applies)."""
+        assert self.reference is not None
+        try:
+            optimized = run_checkable(model, self.feeds, self.providers, basic=True)
+        except Exception:  # the optimizer's problem, not the model's: no floor
+            return
+        for name, ref in self.reference.items():
+            other = optimized.get(name)
+            if (isinstance(ref, np.ndarray) and ref.dtype.kind == "f"
+                    and isinstance(other, np.ndarray) and other.shape == ref.shape):
+                both = np.isfinite(ref) & np.isfinite(other)
+                diff = np.abs(ref[both].astype(np.float64) - other[both])
+                self.floors[name] = float(diff.max()) if diff.size else 0.0
 
     def describe_inputs(self) -> dict[str, str]:
         return {k: f"{v.dtype}[{'x'.join(map(str, v.shape))}]" for k, v in self.feeds.items()}
 
     def tolerances(self) -> dict[str, dict[str, float]]:
-        return {k: {"rtol": t.rtol, "atol": t.atol} for k, t in tolerance_table().items()}
+        table = {k: t.to_json() for k, t in tolerance_table().items()}
+        table["noise_floor"] = {"factor": FLOOR_FACTOR, **self.floors}
+        return table
+
+
+class NotCheckable(Exception):
+    """The model has nodes onnxruntime cannot run and no reference form stands in for."""
+
+
+def run_checkable(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+                  providers: Sequence[str] = ("cpu",), basic: bool = False
+                  ) -> dict[str, np.ndarray]:
+    """Every graph output, from onnxruntime; nodes it cannot run (TensorRT plugins,
+    custom ops) run as their reference forms (`runtime.references`). Raises NotCheckable
+    ("not checkable: <op> (<domain>)") for a node without one. With `basic`, onnxruntime's
+    BASIC optimizations are on (the noise floor); a model with numpy-kernel nodes has none."""
+    if not references.needs_reference(model):
+        return run_model(model, feeds, providers, basic)
+    sub = references.substitute(model)
+    if sub.not_checkable:
+        raise NotCheckable("not checkable: " + ", ".join(sub.not_checkable))
+    if basic and sub.kernels:
+        raise NotCheckable("no noise floor for a model with numpy-kernel nodes")
+    if basic:
+        return run_model(sub.model, feeds, providers, basic)
+    return references.run(sub, feeds, providers)
 
 
 def feeds_as_declared(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict:

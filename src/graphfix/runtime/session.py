@@ -17,12 +17,16 @@ import onnx
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 
-def session_options():
+def session_options(basic: bool = False):
+    """graphfix's session options; `basic` turns on onnxruntime's BASIC graph
+    optimizations (constant folding, Conv+BatchNorm/Add/Mul fusion), which only the
+    noise-floor measurement uses (`runtime.outputs`)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
+    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if basic
+                                   else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    so.log_severity_level = 4  # errors are raised to graphfix, which says them
     # onnxruntime's memory-reuse planner takes seconds per session on graphs with
     # many small dynamic-shape tensors (1.6-2.0 s -> 0.2 s on SSDlite, bench/RESULTS.md);
     # results are identical, peak memory was the same there. The cost: activations
@@ -37,7 +41,8 @@ def session_options():
     return so
 
 
-def make_session(model: onnx.ModelProto, providers: Sequence[str] = ("cpu",)):
+def make_session(model: onnx.ModelProto, providers: Sequence[str] = ("cpu",),
+                 basic: bool = False):
     """An onnxruntime InferenceSession for an in-memory model.
 
     Models over the 2 GB protobuf limit are written to a temporary directory with
@@ -52,21 +57,22 @@ def make_session(model: onnx.ModelProto, providers: Sequence[str] = ("cpu",)):
     except Exception:  # protobuf raises ValueError or EncodeError past the 2 GB limit
         data = None
     if data is not None:
-        return ort.InferenceSession(data, sess_options=session_options(), providers=names)
+        return ort.InferenceSession(data, sess_options=session_options(basic), providers=names)
     with tempfile.TemporaryDirectory(prefix="graphfix-ort-") as tmp:
         path = os.path.join(tmp, "model.onnx")
         big = onnx.ModelProto()
         big.CopyFrom(model)
         onnx.save_model(big, path, save_as_external_data=True, location="model.onnx.data")
-        return ort.InferenceSession(path, sess_options=session_options(), providers=names)
+        return ort.InferenceSession(path, sess_options=session_options(basic), providers=names)
 
 
 def run_model(
     model: onnx.ModelProto,
     feeds: Mapping[str, np.ndarray],
     providers: Sequence[str] = ("cpu",),
+    basic: bool = False,
 ) -> dict[str, np.ndarray]:
     """Run the model once; returns every graph output by name."""
-    sess = make_session(model, providers)
+    sess = make_session(model, providers, basic)
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, dict(feeds)), strict=True))

@@ -1,0 +1,424 @@
+"""Reference forms: what the numerical check runs in place of nodes onnxruntime cannot run.
+
+A TensorRT plugin node (InstanceNormalization_TRT, ...) or a custom-domain op makes a model
+unrunnable in onnxruntime. For the check only, `substitute()` gives each such node its
+registered reference, looked up by (domain, op_type, version):
+
+- `Decompose`: standard ONNX nodes (and initializers) computing the same outputs under the
+  same output names; the substituted model runs in onnxruntime as it is.
+- `Kernel`: a numpy function. The node stays in the model; `run()` executes it in stages
+  (onnxruntime up to the node's inputs, the kernel in numpy, onnxruntime on from its
+  outputs). Main graph only: a kernel node inside an If/Loop/Scan body is not checkable.
+
+A node without a reference is listed in `Substitution.not_checkable`, never passed silently.
+The built-in references are the one list `_BUILTIN`; `register()` adds more. Nothing here
+was verified against a real TensorRT plugin: references follow the plugins' sources and docs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from graphfix.errors import GraphfixError, InternalError
+from graphfix.runtime.session import run_model
+from graphfix.trt.plugins import plugin_for
+
+PLUGIN_DOMAIN = "trt.plugins"  # a registration here covers the plugin's op_type in any domain
+_FALLBACK_OPSET = 17  # default-domain opset added when a decomposed model imports none
+
+
+def _norm(domain: str) -> str:
+    return "" if domain == "ai.onnx" else domain
+
+
+class Unavailable(Exception):
+    """Raised by a decomposition that cannot handle this node; the message says why."""
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    nodes: list[onnx.NodeProto]
+    initializers: list[onnx.TensorProto] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Decompose:
+    """build(node, default_opset) -> standard nodes writing the node's own output names."""
+
+    build: Callable[[onnx.NodeProto, int], Decomposition]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """compute(inputs, attributes) -> one array per node output. Inputs are numpy arrays
+    (None for an omitted optional input); attributes are decoded (str, list, ndarray)."""
+
+    compute: Callable[[list[Any], dict[str, Any]], Sequence[np.ndarray]]
+
+
+Reference = Decompose | Kernel
+
+
+@dataclass(frozen=True)
+class Registration:
+    domain: str
+    op_type: str
+    reference: Reference
+    versions: tuple[str, ...] | None = None  # None: any version
+
+
+@dataclass(frozen=True)
+class KernelNode:
+    node: onnx.NodeProto
+    kernel: Kernel
+
+
+@dataclass
+class Substitution:
+    """The model to check in place of the input (never modified; the input itself when
+    nothing was decomposed). Numpy kernels run by stages in `run()`, not as an onnxruntime
+    custom-op library (docs/references.md says why)."""
+
+    model: onnx.ModelProto
+    replaced: list[str] = field(default_factory=list)
+    not_checkable: list[str] = field(default_factory=list)
+    kernels: list[KernelNode] = field(default_factory=list)  # main-graph order
+
+
+class References:
+    """A registry of reference forms; one (domain, op_type) may hold disjoint versions."""
+
+    def __init__(self, entries: Iterable[Registration] = ()) -> None:
+        self._entries: list[Registration] = []
+        for entry in entries:
+            self.add(entry)
+
+    def add(self, entry: Registration) -> None:
+        entry = Registration(_norm(entry.domain), entry.op_type, entry.reference, entry.versions)
+        for old in self._entries:
+            same = (old.domain, old.op_type) == (entry.domain, entry.op_type)
+            if same and (old.versions is None or entry.versions is None
+                         or set(old.versions) & set(entry.versions)):
+                raise InternalError(f"a reference for {entry.op_type} ({entry.domain or 'ai.onnx'})"
+                                    f" versions {entry.versions or 'any'} is already registered")
+        self._entries.append(entry)
+
+    def entries(self) -> list[Registration]:
+        return list(self._entries)
+
+    def find(self, domain: str, op_type: str, version: str) -> Registration | None:
+        for entry in self._entries:
+            if (entry.domain, entry.op_type) == (_norm(domain), op_type) and (
+                    entry.versions is None or version in entry.versions):
+                return entry
+        return None
+
+    def versions_of(self, domain: str, op_type: str) -> list[str]:
+        return [v for e in self._entries if (e.domain, e.op_type) == (_norm(domain), op_type)
+                for v in e.versions or ()]
+
+
+def needs_reference(model: onnx.ModelProto) -> bool:
+    """Whether any node (subgraphs included) is one onnxruntime cannot run natively."""
+    functions = {(f.domain, f.name) for f in model.functions}
+    return any(_foreign(node, functions) for node in _nodes(model.graph))
+
+
+def substitute(model: onnx.ModelProto, references: References | None = None) -> Substitution:
+    """The model with every foreign node decomposed (main graph and subgraphs), kernel nodes
+    recorded for `run()`, and the nodes without a reference listed as not checkable."""
+    if not needs_reference(model):
+        return Substitution(model)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    opsets = {_norm(o.domain): o.version for o in out.opset_import}
+    walk = _Walk(references or _DEFAULT, opsets, {(f.domain, f.name) for f in out.functions},
+                 _names(out.graph), Substitution(out))
+    _walk_graph(out.graph, walk, nested=False)
+    if not walk.decomposed:
+        walk.result.model = model
+    elif "" not in opsets:
+        out.opset_import.append(helper.make_opsetid("", _FALLBACK_OPSET))
+    return walk.result
+
+
+def register(domain: str, op_type: str, reference: Reference,
+             versions: tuple[str, ...] | None = None) -> None:
+    """Add a reference to the default registry; InternalError when one overlaps."""
+    _DEFAULT.add(Registration(domain, op_type, reference, versions))
+
+
+def registered() -> list[Registration]:
+    return _DEFAULT.entries()
+
+
+def run(sub: Substitution, feeds: Mapping[str, np.ndarray],
+        providers: Sequence[str] = ("cpu",)) -> dict[str, np.ndarray]:
+    """Every graph output of the substituted model, by name. Without kernel nodes this is one
+    onnxruntime run; with them, one run per kernel node plus one for the rest."""
+    if sub.not_checkable:
+        raise GraphfixError(f"The model cannot be run for checking: not checkable: "
+                            f"{', '.join(sub.not_checkable)}",
+                            "onnxruntime cannot run these nodes and graphfix has no reference "
+                            "form for them", "see docs/references.md to register one")
+    if not sub.kernels:
+        return run_model(sub.model, feeds, providers)
+    known = {k: np.asarray(v) for k, v in feeds.items()}
+    for item in sub.kernels:
+        known.update(_stage(sub.model, known, item.node.input, providers))
+        args = [known[name] if name else None for name in item.node.input]
+        outs = list(item.kernel.compute(args, attributes(item.node)))
+        if len(outs) != len(item.node.output):
+            raise InternalError(f"the kernel of {item.node.op_type} returned {len(outs)} arrays "
+                                f"for {len(item.node.output)} outputs")
+        known.update({n: np.asarray(a) for n, a in zip(item.node.output, outs, strict=True) if n})
+    names = [o.name for o in sub.model.graph.output]
+    known.update(_stage(sub.model, known, names, providers))
+    return {name: known[name] for name in names}
+
+
+def attributes(node: onnx.NodeProto) -> dict[str, Any]:
+    """The node's attributes as Python values: str for STRING, ndarray for TENSOR."""
+    out: dict[str, Any] = {}
+    for attr in node.attribute:
+        value = helper.get_attribute_value(attr)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        elif isinstance(value, onnx.TensorProto):
+            value = numpy_helper.to_array(value)
+        elif isinstance(value, list) and value and isinstance(value[0], bytes):
+            value = [v.decode("utf-8", "replace") for v in value]
+        out[attr.name] = value
+    return out
+
+
+# ----------------------------------------------------------------------------- built-ins
+
+
+def _instance_norm_trt(node: onnx.NodeProto, opset: int) -> Decomposition:
+    """InstanceNormalization_TRT(x) -> InstanceNormalization(x, scales, bias, epsilon)
+    [-> LeakyRelu(alpha)], as the plugin's creator reads its fields: epsilon FLOAT (default 0),
+    scales and bias FLOATS or a FLOAT/FLOAT16 TENSOR (per channel, required), relu INT (the
+    activation runs when relu > 0), alpha FLOAT (slope below 0, default 0: a plain ReLU).
+    The plugin computes in float32 for float16 data too; from opset 15 so does this form
+    (Cast in, CastLike back)."""
+    attrs = attributes(node)
+    scales, bias = (np.asarray(attrs.get(k, ()), np.float32).ravel() for k in ("scales", "bias"))
+    if scales.size == 0 or scales.size != bias.size or len(node.input) != 1:
+        raise Unavailable(f"needs one input and scales and bias of one length "
+                          f"(got {scales.size} and {bias.size})")
+    y = node.output[0]
+    inits = [numpy_helper.from_array(scales, f"{y}_gf_scales"),
+             numpy_helper.from_array(bias, f"{y}_gf_bias")]
+    steps: list[tuple[str, list[str], dict[str, Any]]] = []
+    if opset >= 15:
+        steps.append(("Cast", [], {"to": onnx.TensorProto.FLOAT}))
+    steps.append(("InstanceNormalization", [inits[0].name, inits[1].name],
+                  {"epsilon": float(attrs.get("epsilon", 0.0))}))
+    if int(attrs.get("relu", 0)) > 0:
+        steps.append(("LeakyRelu", [], {"alpha": float(attrs.get("alpha", 0.0))}))
+    if opset >= 15:
+        steps.append(("CastLike", [node.input[0]], {}))
+    nodes, src = [], node.input[0]
+    for i, (op, extra, kw) in enumerate(steps):
+        dst = y if i == len(steps) - 1 else f"{y}_gf_{op.lower()}"
+        nodes.append(helper.make_node(op, [src, *extra], [dst], name=f"{node.name}/{op}", **kw))
+        src = dst
+    return Decomposition(nodes, inits)
+
+
+_BUILTIN: tuple[Registration, ...] = (
+    Registration(PLUGIN_DOMAIN, "InstanceNormalization_TRT", Decompose(_instance_norm_trt),
+                 ("1", "2", "3")),
+)
+_DEFAULT = References(_BUILTIN)
+
+
+# ----------------------------------------------------------------------------- the walk
+
+
+@dataclass
+class _Walk:
+    refs: References
+    opsets: dict[str, int]
+    functions: set[tuple[str, str]]
+    taken: set[str]
+    result: Substitution
+    decomposed: int = 0  # nodes decomposed so far
+
+    def not_checkable(self, label: str) -> None:
+        if label not in self.result.not_checkable:
+            self.result.not_checkable.append(label)
+
+
+def _walk_graph(graph: onnx.GraphProto, walk: _Walk, nested: bool) -> None:
+    nodes: list[onnx.NodeProto] = []
+    start = walk.decomposed
+    for node in graph.node:
+        for body in _bodies(node):
+            _walk_graph(body, walk, nested=True)
+        nodes.extend(_replace(node, graph, walk, nested))
+    if walk.decomposed != start:  # copies: nodes removed from a repeated field are detached
+        fresh = [_copy(n) for n in nodes]
+        del graph.node[:]
+        graph.node.extend(fresh)
+
+
+def _replace(node: onnx.NodeProto, graph: onnx.GraphProto, walk: _Walk,
+             nested: bool) -> list[onnx.NodeProto]:
+    if not _foreign(node, walk.functions):
+        return [node]
+    domain = _norm(node.domain)
+    label = f"{node.op_type} ({domain or 'ai.onnx'})"
+    version = _version(node, walk.opsets)
+    entry = walk.refs.find(domain, node.op_type, version)
+    if entry is None and plugin_for(node.op_type) is not None:
+        domain = PLUGIN_DOMAIN
+        entry = walk.refs.find(domain, node.op_type, version)
+    if entry is None:
+        others = walk.refs.versions_of(domain, node.op_type)
+        walk.not_checkable(f"{label} version {version}: references exist for versions "
+                           f"{', '.join(others)}" if others else label)
+        return [node]
+    where = f"{node.op_type} '{node.name or node.output[0]}'"
+    if isinstance(entry.reference, Kernel):
+        if nested:
+            walk.not_checkable(f"{label}: numpy kernels run only in the main graph")
+        else:
+            walk.result.kernels.append(KernelNode(_copy(node), entry.reference))
+            walk.result.replaced.append(f"{where} -> numpy kernel")
+        return [node]
+    try:
+        dec = entry.reference.build(node, walk.opsets.get("", _FALLBACK_OPSET))
+        _fit(dec, node, walk.taken)
+    except Unavailable as exc:
+        walk.not_checkable(f"{label}: {exc}")
+        return [node]
+    graph.initializer.extend(dec.initializers)
+    walk.result.replaced.append(f"{where} -> {', '.join(n.op_type for n in dec.nodes)}")
+    walk.decomposed += 1
+    return list(dec.nodes)
+
+
+def _fit(dec: Decomposition, node: onnx.NodeProto, taken: set[str]) -> None:
+    """Check the decomposition writes the node's outputs; rename its own tensors that
+    collide with names elsewhere in the model."""
+    made = {o for n in dec.nodes for o in n.output if o}
+    if missing := [o for o in node.output if o and o not in made]:
+        raise InternalError(f"the reference of {node.op_type} does not write {missing}")
+    own = (made | {t.name for t in dec.initializers}) - set(node.output)
+    if clash := sorted(own & set(node.input)):
+        raise Unavailable(f"its reference names tensors {clash} like the node's inputs")
+    renames: dict[str, str] = {}
+    for name in sorted(own):
+        new, k = name, 0
+        while new in taken:
+            k += 1
+            new = f"{name}_{k}"
+        renames[name] = new
+        taken.add(new)
+    for n in dec.nodes:
+        n.input[:] = [renames.get(i, i) for i in n.input]
+        n.output[:] = [renames.get(o, o) for o in n.output]
+    for t in dec.initializers:
+        t.name = renames.get(t.name, t.name)
+
+
+def _foreign(node: onnx.NodeProto, functions: set[tuple[str, str]]) -> bool:
+    """onnxruntime cannot run it: a TensorRT plugin, or an op of no domain it implements.
+    Model-local functions run (onnxruntime inlines them)."""
+    if (node.domain, node.op_type) in functions:
+        return False
+    domain = _norm(node.domain)
+    if domain in ("", "ai.onnx.ml"):
+        return not onnx.defs.has(node.op_type, domain)  # Split, ScatterND: standard, not plugins
+    if domain == "com.microsoft":
+        return plugin_for(node.op_type) is not None
+    return True
+
+
+def _version(node: onnx.NodeProto, opsets: Mapping[str, int]) -> str:
+    """plugin_version (default "1") for a TensorRT plugin, else the domain's opset version."""
+    if plugin_for(node.op_type) is not None:
+        return str(attributes(node).get("plugin_version", "1"))
+    return str(opsets.get(_norm(node.domain), ""))
+
+
+def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
+    out = onnx.NodeProto()
+    out.CopyFrom(node)
+    return out
+
+
+def _bodies(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.g
+        yield from attr.graphs
+
+
+def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    for node in graph.node:
+        yield node
+        for body in _bodies(node):
+            yield from _nodes(body)
+
+
+def _names(graph: onnx.GraphProto) -> set[str]:
+    names = {v.name for v in (*graph.input, *graph.output, *graph.initializer)}
+    for node in _nodes(graph):
+        names.update(node.input, node.output)
+    return names
+
+
+# ----------------------------------------------------------------------------- staged runs
+
+
+def _stage(model: onnx.ModelProto, known: Mapping[str, np.ndarray], targets: Iterable[str],
+           providers: Sequence[str]) -> dict[str, np.ndarray]:
+    """The `targets` not yet in `known`, computed by onnxruntime on the main-graph nodes
+    between `known` and them (a kernel node's outputs are in `known` by then)."""
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    wanted = [t for t in dict.fromkeys(targets) if t and t not in known]
+    got = {t: numpy_helper.to_array(inits[t]) for t in wanted if t in inits}
+    wanted = [t for t in wanted if t not in got]
+    if not wanted:
+        return got
+    nodes = list(graph.node)
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    keep: set[int] = set()
+    fed, used, stack, seen = set(), set(), list(wanted), set()
+    while stack:
+        name = stack.pop()
+        if not name or name in seen:  # "": an omitted optional input
+            continue
+        seen.add(name)
+        if name in known:
+            fed.add(name)
+        elif name in inits:
+            used.add(name)
+        elif name in producer:
+            keep.add(producer[name])
+            node = nodes[producer[name]]
+            outer = (i for b in _bodies(node) for n in _nodes(b) for i in n.input)
+            stack.extend([*node.input, *(i for i in outer if i in producer or i in inits
+                                          or i in known)])
+        else:
+            raise GraphfixError(f"No value for '{name}' to run the model", "the feeds lack it",
+                                "feed every graph input")
+    inputs = [helper.make_tensor_value_info(
+        n, helper.np_dtype_to_tensor_dtype(known[n].dtype), known[n].shape) for n in sorted(fed)]
+    part = helper.make_graph([nodes[i] for i in sorted(keep)], graph.name, inputs,
+                             [onnx.ValueInfoProto(name=t) for t in wanted],
+                             [inits[n] for n in sorted(used)])
+    staged = helper.make_model(part, opset_imports=model.opset_import,
+                               ir_version=model.ir_version, functions=model.functions)
+    got.update(run_model(staged, {n: known[n] for n in fed}, providers))
+    return got
