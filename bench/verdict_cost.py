@@ -63,6 +63,9 @@ def measure(model: onnx.ModelProto, runs: int) -> dict[str, float]:
 
 
 def main() -> None:
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(4)  # as the CLI does: graphfix reports errors
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
