@@ -173,3 +173,19 @@ def conv_skip_case(op: str, other: str, constant: np.ndarray, case: str) -> onnx
     else:
         raise ValueError(case)
     return build_model(nodes, inputs, outputs, inits)
+
+
+def ort_optimized(model: onnx.ModelProto, path, level: str = "basic") -> onnx.ModelProto:
+    """The model as onnxruntime's own optimizer saves it (`optimized_model_filepath`) at
+    `level` "basic", "extended" or "all" (the last is this CPU's NCHWc layout)."""
+    import onnxruntime as ort
+
+    levels = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+              "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+              "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+    so = ort.SessionOptions()
+    so.graph_optimization_level = levels[level]
+    so.optimized_model_filepath = str(path)
+    so.log_severity_level = 4
+    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return onnx.load(str(path))

@@ -13,9 +13,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
-import onnxruntime as ort
 import pytest
-from gfhelpers import apply, assert_idempotent, assert_same_outputs, ops
+from gfhelpers import apply, assert_idempotent, assert_same_outputs, ops, ort_optimized
 from onnx import TensorProto, helper, numpy_helper
 
 from graphfix.graph import fingerprint
@@ -259,12 +258,7 @@ def test_unblock_inverts_the_mlas_reorder(kind, block):
 
 
 def ort_all(model: onnx.ModelProto, path) -> onnx.ModelProto:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.optimized_model_filepath = str(path)
-    so.log_severity_level = 3
-    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    optimized = onnx.load(str(path))
+    optimized = ort_optimized(model, path, "all")
     if not any(x.domain == NCHWC for x in optimized.graph.node):
         pytest.skip("onnxruntime made no NCHWc op on this CPU")
     return optimized

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
+from gfhelpers import ort_optimized
 
 import graphfix
 from graphfix.check.layerwise import compare_layerwise
@@ -87,15 +87,6 @@ def test_trt_prep_on_the_shared_models_rolls_nothing_back(shared_model, name, se
     assert rolled == {}
 
 
-def _ort_basic(model: onnx.ModelProto, path) -> onnx.ModelProto:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    so.optimized_model_filepath = str(path)
-    so.log_severity_level = 3
-    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return onnx.load(str(path))
-
-
 @pytest.mark.parametrize("name", sorted(SHARED))
 def test_check_passes_shared_models_against_trt_prep_and_onnxruntime(shared_model, name,
                                                                     tmp_path):
@@ -103,7 +94,7 @@ def test_check_passes_shared_models_against_trt_prep_and_onnxruntime(shared_mode
     shapes = [f"{k}:{'x'.join(map(str, v))}" for k, v in SHARED[name].items()]
     samples = check_samples(model, None, None, shapes, 2, 0)
     prepared = graphfix.run(model, input_shapes=SHARED[name], check=False).model
-    optimized = _ort_basic(model, tmp_path / "basic.onnx")
+    optimized = ort_optimized(model, tmp_path / "basic.onnx")
     for candidate in (prepared, optimized):
         from graphfix import provenance
 

@@ -12,16 +12,29 @@ from collections.abc import Iterator
 import onnx
 
 
+def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """The bodies in one node's attributes (If branches, Loop/Scan bodies)."""
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            yield from attr.graphs
+
+
 def graph_protos(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     """The graph, then every subgraph in its node attributes, recursively."""
     yield graph
     for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from graph_protos(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from graph_protos(sub)
+        for sub in subgraphs(node):
+            yield from graph_protos(sub)
+
+
+def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node, each followed by the nodes of its subgraphs, depth first."""
+    for node in graph.node:
+        yield node
+        for sub in subgraphs(node):
+            yield from all_nodes(sub)
 
 
 def proto_label(node: onnx.NodeProto, path: tuple[str, ...] = ()) -> str:

@@ -17,7 +17,7 @@ was verified against a real TensorRT plugin: references follow the plugins' sour
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from graphfix.errors import GraphfixError, InternalError
+from graphfix.graph.protos import all_nodes, subgraphs
 from graphfix.runtime.session import run_model
 from graphfix.trt.plugins import plugin_for
 
@@ -127,7 +128,7 @@ class References:
 def needs_reference(model: onnx.ModelProto) -> bool:
     """Whether any node (subgraphs included) is one onnxruntime cannot run natively."""
     functions = {(f.domain, f.name) for f in model.functions}
-    return any(_foreign(node, functions) for node in _nodes(model.graph))
+    return any(_foreign(node, functions) for node in all_nodes(model.graph))
 
 
 def substitute(model: onnx.ModelProto, references: References | None = None) -> Substitution:
@@ -261,7 +262,7 @@ def _walk_graph(graph: onnx.GraphProto, walk: _Walk, nested: bool) -> None:
     nodes: list[onnx.NodeProto] = []
     start = walk.decomposed
     for node in graph.node:
-        for body in _bodies(node):
+        for body in subgraphs(node):
             _walk_graph(body, walk, nested=True)
         nodes.extend(_replace(node, graph, walk, nested))
     if walk.decomposed != start:  # copies: nodes removed from a repeated field are detached
@@ -356,23 +357,9 @@ def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
     return out
 
 
-def _bodies(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
-            yield attr.g
-        yield from attr.graphs
-
-
-def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for node in graph.node:
-        yield node
-        for body in _bodies(node):
-            yield from _nodes(body)
-
-
 def _names(graph: onnx.GraphProto) -> set[str]:
     names = {v.name for v in (*graph.input, *graph.output, *graph.initializer)}
-    for node in _nodes(graph):
+    for node in all_nodes(graph):
         names.update(node.input, node.output)
     return names
 
@@ -407,7 +394,7 @@ def _stage(model: onnx.ModelProto, known: Mapping[str, np.ndarray], targets: Ite
         elif name in producer:
             keep.add(producer[name])
             node = nodes[producer[name]]
-            outer = (i for b in _bodies(node) for n in _nodes(b) for i in n.input)
+            outer = (i for b in subgraphs(node) for n in all_nodes(b) for i in n.input)
             stack.extend([*node.input, *(i for i in outer if i in producer or i in inits
                                           or i in known)])
         else:

@@ -33,6 +33,7 @@ import onnx
 from onnx import numpy_helper
 
 from graphfix.errors import GraphfixError
+from graphfix.graph.protos import all_nodes, subgraphs
 
 PASS_THROUGH = {"Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity", "Flatten"}
 COMPARING = ("Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "Mod",
@@ -58,25 +59,10 @@ def is_small_integer(dtype: np.dtype | None, shape: tuple[int, ...]) -> bool:
         len(shape) == 0 or int(np.prod(shape)) <= SMALL)
 
 
-def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
-            yield attr.g
-        elif attr.type == onnx.AttributeProto.GRAPHS:
-            yield from attr.graphs
-
-
-def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for node in graph.node:
-        yield node
-        for sub in _subgraphs(node):
-            yield from _all_nodes(sub)
-
-
 def _all_initializers(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
     yield from graph.initializer
     for node in graph.node:
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             yield from _all_initializers(sub)
 
 
@@ -93,7 +79,7 @@ class _Graph:
     """Every node of a model (subgraphs included), its constants, and who reads what."""
 
     def __init__(self, model: onnx.ModelProto) -> None:
-        self.nodes = list(_all_nodes(model.graph))
+        self.nodes = list(all_nodes(model.graph))
         self.consts: dict[str, np.ndarray] = {}
         for init in _all_initializers(model.graph):
             if init.data_location != onnx.TensorProto.EXTERNAL:
