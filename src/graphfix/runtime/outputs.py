@@ -55,7 +55,7 @@ class CheckOutcome:
         if not worst:
             return "passed (exact)"
         scaled = max(d.scaled for d in self.diffs if np.isfinite(d.max_abs))
-        return f"passed (max abs {worst:.2g}, {scaled:.2g} of the output's scale)"
+        return f"passed (max abs {worst:.2g}, {scaled:.2g} of scale)"
 
 
 class OutputCheck:
