@@ -234,3 +234,15 @@ def test_range_only_collection_skips_the_histogram_pass(residual):
     for name in full:
         assert (ranges[name].min, ranges[name].amax) == (full[name].min, full[name].amax)
         assert not ranges[name].hist.any()
+
+
+def test_data_the_model_cannot_run_on_is_named():
+    """calibrate says what onnxruntime said and which input is to blame (issue 11)."""
+    from vadhelpers import vad_feeds, vad_model
+
+    bad = dict(vad_feeds(), sr=np.array(3, np.int64))  # Reshape to [0, -1]: refused
+    tensors = [n.output[0] for n in vad_model().graph.node[:3]]
+    with pytest.raises(GraphfixError, match=r"cannot run the model on the calibration batch "
+                       r"after sample 0\. .*Reshape node 'frames'.*computed from input 'sr', "
+                       r"which was \[3\]"):
+        S.collect(vad_model(), tensors, [vad_feeds(), bad])

@@ -224,6 +224,19 @@ class _Run:
     data: Iterable[dict[str, np.ndarray]]
     total: int
     progress: Progress | None
+    model: onnx.ModelProto | None = None  # the calibrated model, to say what failed
+
+    def _run(self, feeds: dict[str, np.ndarray], done: int) -> list:
+        try:
+            return self.session.run(self.exposed, dict(feeds))
+        except Exception as err:  # onnxruntime raises many types: the data does not fit
+            from graphfix.runtime.failures import explain
+
+            why, _ = explain(self.model, feeds, err) if self.model is not None else (str(err), "")
+            raise GraphfixError(
+                f"onnxruntime cannot run the model on the calibration batch after sample {done}",
+                why, "give calibration data the model accepts (the values, ranges and dtypes "
+                "it was exported for)") from None
 
     def run(self, phase: str, step: Callable[[str, np.ndarray], None]) -> int:
         """One pass; `step(name, array)` gets every tensor of every batch. Returns
@@ -235,7 +248,7 @@ class _Run:
             for name in self.inputs:
                 step(name, np.asarray(feeds[name]))
             if self.exposed:
-                arrays = self.session.run(self.exposed, dict(feeds))
+                arrays = self._run(feeds, done)
                 for name, arr in zip(self.exposed, arrays, strict=True):
                     step(name, arr)
             done += _samples(feeds)
@@ -289,7 +302,8 @@ def collect(
         exposed = [t for t in chunk if t not in inputs]
         if exposed:
             session = make_session(exposed_model(model, exposed, info), providers)
-        run = _Run(session, [t for t in chunk if t in inputs], exposed, data, total, progress)
+        run = _Run(session, [t for t in chunk if t in inputs], exposed, data, total, progress,
+                   model)
         label = _plural(len(chunk), "tensor")
         result.samples = run.run(f"pass {per_chunk * c + 1}/{npasses}: range ({label})",
                                  lambda n, a, accs=accs: accs[n].add_range(a))
