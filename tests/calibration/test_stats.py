@@ -242,7 +242,7 @@ def test_data_the_model_cannot_run_on_is_named():
 
     bad = dict(vad_feeds(), sr=np.array(3, np.int64))  # Reshape to [0, -1]: refused
     tensors = [n.output[0] for n in vad_model().graph.node[:3]]
-    with pytest.raises(GraphfixError, match=r"cannot run the model on the calibration batch "
-                       r"after sample 0\. .*Reshape node 'frames'.*computed from input 'sr', "
+    with pytest.raises(GraphfixError, match=r"cannot run the model on the calibration batch that "
+                       r"starts at sample 2\. .*Reshape node 'frames'.*computed from input 'sr', "
                        r"which was \[3\]"):
         S.collect(vad_model(), tensors, [vad_feeds(), bad])

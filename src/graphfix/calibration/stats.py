@@ -234,7 +234,8 @@ class _Run:
 
             why, _ = explain(self.model, feeds, err) if self.model is not None else (str(err), "")
             raise GraphfixError(
-                f"onnxruntime cannot run the model on the calibration batch after sample {done}",
+                f"onnxruntime cannot run the model on the calibration batch that starts at "
+                f"sample {done + 1}",
                 why, "give calibration data the model accepts (the values, ranges and dtypes "
                 "it was exported for)") from None
 
