@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from graphfix.errors import GraphfixError, InternalError
 from graphfix.passes.base import Pass, check_pass_class
+from graphfix.passes.bound_nms import BoundNms
 from graphfix.passes.cleanup import Cleanup
 from graphfix.passes.dedup_constants import DedupConstants
 from graphfix.passes.defaults import DEFAULT_PIPELINE as _DEFAULT
@@ -42,6 +43,7 @@ PASSES: tuple[type[Pass], ...] = (
     DetectUnsupported,
     Int64ToInt32,
     Opset,
+    BoundNms,
 )
 
 
