@@ -28,7 +28,7 @@ class Rule:
 
 
 def _rules() -> tuple[Rule, ...]:
-    from graphfix.doctor import rules_plugins, rules_qdq, rules_restrictions
+    from graphfix.doctor import rules_nms, rules_plugins, rules_qdq, rules_restrictions
 
     return (
         Rule("opset", ("opset-out-of-range",), rules_ops.opset_range),
@@ -39,6 +39,7 @@ def _rules() -> tuple[Rule, ...]:
         Rule("domains", ("domain-nonstandard",), rules_ops.custom_domains),
         Rule("plugins", rules_plugins.IDS, rules_plugins.plugins),
         Rule("qdq", rules_qdq.IDS, rules_qdq.qdq),
+        Rule("nms", rules_nms.IDS, rules_nms.nms),
         Rule("dynamic-inputs", ("dynamic-input",), rules_shapes.dynamic_inputs),
         Rule("data-dependent", ("data-dependent-shape",), rules_shapes.data_dependent),
         Rule("int64", ("int64-overflow", "int64-input"), rules_shapes.int64_values),
