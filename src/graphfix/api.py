@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
@@ -31,10 +31,13 @@ ModelLike = onnx.ModelProto | str | os.PathLike
 
 @dataclass
 class Result:
-    """The rewritten model and the report of how it got there."""
+    """The rewritten model and the report of how it got there; `artifacts`: side models
+    passes made, by pass name (split-nms: a `graphfix.nms.SplitModel`, the NMS part
+    and its manifest; `graphfix.nms.save_split` writes them beside the model)."""
 
     model: onnx.ModelProto
     report: Report
+    artifacts: dict[str, Any] = field(default_factory=dict)
 
 
 def run(
@@ -96,7 +99,7 @@ def run(
     if result_model is not source and (report.renamed or report.removed):
         merged = provenance.compose(provenance.read(source), report.renamed, report.removed)
         provenance.attach(result_model, *merged)
-    return Result(result_model, report)
+    return Result(result_model, report, dict(ctx.artifacts))
 
 
 def bisect(

@@ -250,3 +250,35 @@ def test_bisect_exits_0_when_no_rewrite_breaks_the_numbers(tmp_path):
     assert "no rewrite breaks the numbers: all 4 rewrites" in " ".join(result.stdout.split())
     result = runner.invoke(app, ["run", str(src), "--bisect", "--no-check"])
     assert result.exit_code == 2 and "without the output check" in result.stderr
+
+
+def test_split_nms_writes_backbone_nms_part_and_manifest(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nms"))
+    import detectors
+
+    from graphfix.nms import run_split
+    from graphfix.runtime.session import run_model
+
+    src = tmp_path / "det.onnx"
+    onnx.save(detectors.top_level(), src)
+    out = tmp_path / "out.onnx"
+    result = runner.invoke(app, ["run", str(src), "--passes", "cleanup,split-nms", "-o",
+                                 str(out)])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stdout.split())  # rich wraps long lines
+    for what in ("out.onnx: the backbone, for TensorRT",
+                 "out.nms.onnx: the NMS post-processing, for onnxruntime",
+                 "out.split.json: how to chain them (graphfix.nms.run_split)"):
+        assert what in said
+    backbone = onnx.load(out)
+    assert "NonMaxSuppression" not in {n.op_type for n in backbone.graph.node}
+    manifest = json.loads((tmp_path / "out.split.json").read_text())
+    assert (manifest["backbone"], manifest["nms"]) == ("out.onnx", "out.nms.onnx")
+    feeds = detectors.controlled_feeds()
+    ref = run_model(detectors.top_level(), feeds)
+    got = run_split(tmp_path / "out.split.json", feeds)
+    for name in ref:
+        np.testing.assert_array_equal(got[name], ref[name])

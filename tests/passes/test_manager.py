@@ -267,3 +267,50 @@ def test_rollback_restores_the_pass_context():
     assert ctx.trt is trt
     assert report.renamed == {"a": "b"}
     assert ops(out) == ["Relu", "Sigmoid"]
+
+
+class CutsAtRelu(_TestPass):
+    """Makes the Relu's output the graph output, as split-nms makes its cut tensors."""
+
+    name = "cuts-at-relu"
+    changes_outputs = True
+    says = "toy check"
+
+    def run(self, graph, ctx):
+        relu = next(n for n in graph.nodes if n.op == "Relu")
+        graph.outputs = [relu.outputs[0].to_variable(dtype=np.float32, shape=[2, 3])]
+        return PassResult(changed=True, verified=self.says)
+
+
+class BreaksRelu(_TestPass):
+    name = "breaks-relu"
+
+    def run(self, graph, ctx):
+        next(n for n in graph.nodes if n.op == "Relu").op = "Abs"
+        return PassResult(changed=True)
+
+
+def test_pass_that_changes_outputs_is_verified_by_itself_and_rebases_the_check():
+    model = parse(MODEL)
+    out, report = run(model, CutsAtRelu(), BreaksRelu(), Cleanup())
+    cut, broken, cleanup = report.passes
+    assert cut.status == APPLIED and cut.check == "verified by the pass: toy check"
+    assert [o.name for o in out.graph.output] == ["r"]
+    # later passes are compared with the new outputs: Abs for Relu changes r
+    assert broken.status == ROLLED_BACK and "outputs differ: r:" in broken.rollback_reason
+    assert cleanup.status == APPLIED and cleanup.check.startswith("passed")
+    assert ops(out) == ["Relu"]
+
+
+def test_pass_that_changes_outputs_without_saying_how_it_checked_is_rolled_back():
+    class Silent(CutsAtRelu):
+        name = "silent"
+        says = ""
+
+    model = parse(MODEL)
+    out, report = run(model, Silent())
+    (rec,) = report.passes
+    assert rec.status == ROLLED_BACK
+    assert rec.rollback_reason == ("the pass changes the graph outputs but does not say how "
+                                   "it verified them")
+    assert [o.name for o in out.graph.output] == ["y"]

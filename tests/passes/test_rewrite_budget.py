@@ -166,4 +166,5 @@ def test_the_passes_with_many_independent_rewrites_count_them():
     counting = {cls.name for cls in PASSES if cls.counts_rewrites}
     assert counting == {
         "fold-bn", "fuse-conv-bias", "fuse-conv-mul", "fuse-pad-conv", "normalize-activations",
-        "eliminate-noops", "dedup-constants", "merge-duplicates", "fold-reshape-targets"}
+        "eliminate-noops", "dedup-constants", "merge-duplicates", "fold-reshape-targets",
+        "bound-nms", "plugin-to-nms"}

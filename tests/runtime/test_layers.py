@@ -28,7 +28,7 @@ def _imports(package: str) -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("package, forbidden", [
-    ("runtime", {"check", "calibration", "passes", "cli", "api", "doctor"}),
+    ("runtime", {"check", "calibration", "passes", "cli", "api", "doctor", "nms", "plugins"}),
     ("check", {"calibration", "cli"}),
     ("calibration", {"check", "cli"}),
     ("passes", {"check", "calibration", "cli"}),

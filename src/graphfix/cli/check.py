@@ -48,6 +48,9 @@ def check_command(
     trt_workspace: str = typer.Option(None, "--trt-workspace", help="TensorRT's workspace "
                                       "limit, e.g. 2GB."),
     shown: int = typer.Option(15, "--show", min=1, help="Rows in each table."),
+    detections: bool = typer.Option(False, "--detections", help="Compare the graph outputs "
+                                    "as detections (NMS results), matching boxes by IoU: "
+                                    "order and padding may differ (docs/nms-plugins.md)."),
     as_json: Path = typer.Option(None, "--json", help="Write the full result as JSON here "
                                  "('-' for standard output)."),
 ) -> None:
@@ -66,6 +69,9 @@ def check_command(
             renamed, removed = _from_report(report)
         feeds = check_samples(ref, data, data_key, input_shape or [], samples, seed,
                               input_values(input_value))
+        if detections:
+            _detections(ref, cand, feeds, providers, as_json)
+            return
         engine = None
         if engine_spec is not None:
             from graphfix.check.engine import open_engine
@@ -96,6 +102,25 @@ def check_command(
     if str(as_json) != "-":
         _print(result, shown, exclude)
     if not result.passed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _detections(ref, cand, feeds, providers: str, as_json: Path | None) -> None:
+    from graphfix.nms.compare import compare_models
+
+    report = compare_models(ref, cand, feeds, providers=providers.split(","))
+    if as_json is not None:
+        from graphfix import io
+
+        text = json.dumps(report.to_json(), indent=2)
+        if str(as_json) == "-":
+            print(text)
+        else:
+            io.write_text_atomic(as_json, text + "\n")
+    if str(as_json) != "-":
+        console.print(report.describe(), style="bold green" if report.ok else "bold red",
+                      markup=False)
+    if not report.ok:
         raise typer.Exit(EXIT_FAILED)
 
 

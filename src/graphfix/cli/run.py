@@ -146,6 +146,7 @@ def run_command(
                 status.stop()
         io.save(result.model, out, external_data=external_data, input_path=model,
                 in_place=in_place)
+        split_lines = _save_split(result, out, model)
         rep = result.report
         if explain:
             rep.explain = explain_change(source, result.model)
@@ -176,11 +177,26 @@ def run_command(
                 f"wrote {out} ({rep.nodes_before} → {rep.nodes_after} nodes, "
                 f"{rep.seconds:.2f} s)", markup=False
             )
+        for line in split_lines:
+            (err_console if as_json else console).print(line, markup=False)
         _print_debugging(rep, dumped, as_json)
         if strict and rep.rolled_back:
             names = ", ".join(r.spec for r in rep.rolled_back)
             console.print(f"--strict: {names} rolled back", style="red")
             raise typer.Exit(EXIT_FAILED)
+
+
+def _save_split(result, out: Path, model: Path) -> list[str]:
+    """Write split-nms's NMS part and manifest beside the output; what to print."""
+    split = result.artifacts.get("split-nms")
+    if split is None:
+        return []
+    from graphfix.nms.chain import save_split
+
+    paths = save_split(split, out, input_path=model)
+    return [f"wrote {paths.backbone}: the backbone, for TensorRT",
+            f"wrote {paths.nms}: the NMS post-processing, for onnxruntime",
+            f"wrote {paths.manifest}: how to chain them (graphfix.nms.run_split)"]
 
 
 def _fill_files(rep: Report, model: Path, out: Path) -> None:

@@ -51,6 +51,9 @@ class PassResult:
     changed: bool
     counts: Counter[str] = field(default_factory=Counter)
     notes: list[Note] = field(default_factory=list)
+    verified: str = ""
+    """What a pass that changes the graph outputs (`Pass.changes_outputs`) checked
+    itself, for the report ("backbone + NMS part reproduce the outputs on 3 inputs")."""
 
     def summary(self) -> str:
         if not self.counts:
@@ -66,11 +69,14 @@ class PassContext:
     `--input-shape`, `--data` or the default), for passes such as `fix-shapes`.
     `renamed` records tensor names a pass had to change (old -> new), so tensors
     can still be matched across rewrites. `trt` is the TensorRT target the run
-    prepares for (`graphfix.trt.TrtTarget`), None when none was given.
+    prepares for (`graphfix.trt.TrtTarget`), None when none was given. `artifacts`
+    holds side models a pass produces, by pass name (split-nms: the NMS part and its
+    manifest); the API returns them and the CLI writes them beside the output.
     """
 
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     renamed: dict[str, str] = field(default_factory=dict)
+    artifacts: dict[str, Any] = field(default_factory=dict)
     trt: Any = None  # the graphfix.trt.TrtTarget given with --trt, if any
     rewrites: RewriteBudget | None = None
     """Counts rewrites over the whole run and stops them at a limit (`--max-rewrites`,
@@ -162,6 +168,11 @@ class Pass:
     # True when run() asks `ctx.allow_rewrite` before each independent rewrite; otherwise
     # the manager counts the whole pass as one rewrite when a rewrite budget is set.
     counts_rewrites: ClassVar[bool] = False
+    # True when run() may change the graph outputs (split-nms makes the backbone's cut
+    # tensors the outputs): the manager then does not compare outputs with the reference
+    # but requires `PassResult.verified` (the pass checked itself), and later passes are
+    # compared with the new model's outputs.
+    changes_outputs: ClassVar[bool] = False
 
     def __init__(self, options: Any = None) -> None:
         self.options = options if options is not None else self.Options()

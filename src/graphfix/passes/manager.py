@@ -7,6 +7,10 @@ For every pass, in order:
    `onnx.checker` and ONNX shape inference (strict when the input model passes
    strict inference), both on a weightless skeleton (`graph.skeleton`), and the
    output check (`runtime.outputs`) when enabled;
+   A pass that changes the graph outputs (`Pass.changes_outputs`: split-nms) is not
+   compared with the reference; it must say what it verified itself
+   (`PassResult.verified`), and the reference is then re-made from its result
+   (`OutputCheck.rebased`, same inputs) for the passes after it;
 3. a pass that raises, or fails any verification, is rolled back: the graph is
    re-imported from the last verified model, the pass context (`ctx.renamed`, ...)
    is restored to what it was before the pass, and the run goes on. The record says
@@ -185,6 +189,9 @@ class _Runner:
         before = self.state.last_good
         record = _run_one(index, spec, pass_, self.state, self.ctx, self.verifier,
                           self.output_check, ran_before)
+        if record.status == APPLIED and pass_.changes_outputs and self.output_check.enabled:
+            # later passes are compared with this model's outputs, on the same inputs
+            self.output_check = self.output_check.rebased(self.state.last_good)
         if record.status == APPLIED:
             gone = tensor_names(before) - tensor_names(self.state.last_good)
             for name in sorted(gone - set(self.ctx.renamed)):
@@ -313,7 +320,12 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
     if problem:
         record.rejected = candidate
         return _rolled_back(record, INVALID, problem, state, t0)
-    if output_check.enabled:
+    if pass_.changes_outputs:  # the outputs are new: the pass verified itself
+        if not result.verified:
+            return _rolled_back(record, INVALID, "the pass changes the graph outputs but "
+                                "does not say how it verified them", state, t0)
+        record.check = f"verified by the pass: {result.verified}"
+    elif output_check.enabled:
         outcome = output_check.verify(candidate)
         record.max_abs_error = outcome.max_abs
         record.check = outcome.describe()

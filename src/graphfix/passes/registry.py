@@ -6,6 +6,7 @@ import difflib
 from dataclasses import dataclass
 
 from graphfix.errors import GraphfixError, InternalError
+from graphfix.passes.add_nms import AddNms
 from graphfix.passes.base import Pass, check_pass_class
 from graphfix.passes.bound_nms import BoundNms
 from graphfix.passes.cleanup import Cleanup
@@ -24,6 +25,8 @@ from graphfix.passes.int64_to_int32 import Int64ToInt32
 from graphfix.passes.merge_duplicates import MergeDuplicates
 from graphfix.passes.normalize_activations import NormalizeActivations
 from graphfix.passes.opset import Opset
+from graphfix.passes.plugin_to_nms import PluginToNms
+from graphfix.passes.split_nms import SplitNms
 from graphfix.passes.unfuse_contrib import UnfuseContrib
 
 PASSES: tuple[type[Pass], ...] = (
@@ -44,6 +47,9 @@ PASSES: tuple[type[Pass], ...] = (
     Int64ToInt32,
     Opset,
     BoundNms,
+    SplitNms,
+    PluginToNms,
+    AddNms,
 )
 
 

@@ -119,6 +119,20 @@ class OutputCheck:
         check.measure_floor(model)
         return check
 
+    def rebased(self, model: onnx.ModelProto) -> OutputCheck:
+        """The check with `model`'s outputs as the reference, on the same inputs (after
+        a pass that changed the graph outputs); disabled, with why, when onnxruntime
+        cannot run `model`."""
+        feeds = feeds_as_declared(model, self.feeds)
+        try:
+            reference = run_checkable(model, feeds, self.providers)
+        except Exception as err:  # NotCheckable or onnxruntime's own errors
+            reason = f"onnxruntime cannot run the model a pass made: {said(err)}"
+            return OutputCheck(self.feeds, None, reason, self.providers, self.seed, self.data)
+        check = OutputCheck(self.feeds, reference, "", self.providers, self.seed, self.data)
+        check.measure_floor(model)
+        return check
+
     @classmethod
     def disabled(cls, reason: str) -> OutputCheck:
         return cls({}, None, reason)

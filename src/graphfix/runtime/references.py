@@ -11,12 +11,14 @@ registered reference, looked up by (domain, op_type, version):
   outputs). Main graph only: a kernel node inside an If/Loop/Scan body is not checkable.
 
 A node without a reference is listed in `Substitution.not_checkable`, never passed silently.
-The built-in references are the one list `_BUILTIN`; `register()` adds more. Nothing here
+The built-in references are the one list `_BUILTIN` plus the `REFERENCES` of the provider
+modules named in `_PROVIDERS` (imported on first lookup); `register()` adds more. Nothing here
 was verified against a real TensorRT plugin: references follow the plugins' sources and docs.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,7 +141,7 @@ def substitute(model: onnx.ModelProto, references: References | None = None) -> 
     out = onnx.ModelProto()
     out.CopyFrom(model)
     opsets = {_norm(o.domain): o.version for o in out.opset_import}
-    walk = _Walk(references or _DEFAULT, opsets, {(f.domain, f.name) for f in out.functions},
+    walk = _Walk(references or _default(), opsets, {(f.domain, f.name) for f in out.functions},
                  _names(out.graph), Substitution(out))
     _walk_graph(out.graph, walk, nested=False)
     if not walk.decomposed:
@@ -152,11 +154,11 @@ def substitute(model: onnx.ModelProto, references: References | None = None) -> 
 def register(domain: str, op_type: str, reference: Reference,
              versions: tuple[str, ...] | None = None) -> None:
     """Add a reference to the default registry; InternalError when one overlaps."""
-    _DEFAULT.add(Registration(domain, op_type, reference, versions))
+    _default().add(Registration(domain, op_type, reference, versions))
 
 
 def registered() -> list[Registration]:
-    return _DEFAULT.entries()
+    return _default().entries()
 
 
 def run(sub: Substitution, feeds: Mapping[str, np.ndarray],
@@ -238,7 +240,22 @@ _BUILTIN: tuple[Registration, ...] = (
     Registration(PLUGIN_DOMAIN, "InstanceNormalization_TRT", Decompose(_instance_norm_trt),
                  ("1", "2", "3")),
 )
+# Packages above runtime/ that hold reference forms, each exposing `REFERENCES: tuple[
+# Registration, ...]`; imported by name on the first lookup (runtime/ imports none of them).
+_PROVIDERS: tuple[str, ...] = ("graphfix.nms.efficient",)
 _DEFAULT = References(_BUILTIN)
+_providers_loaded = False
+
+
+def _default() -> References:
+    """The default registry: `_BUILTIN`, then every provider's `REFERENCES`, merged once."""
+    global _providers_loaded
+    if not _providers_loaded:
+        _providers_loaded = True
+        for module in _PROVIDERS:
+            for entry in importlib.import_module(module).REFERENCES:
+                _DEFAULT.add(entry)
+    return _DEFAULT
 
 
 # ----------------------------------------------------------------------------- the walk

@@ -1,0 +1,78 @@
+"""`plugin-to-nms`: TensorRT NMS plugin nodes become standard ONNX, under the same output names.
+
+    EfficientNMS_TRT(boxes, scores) -> (num [B,1], boxes [B,K,4], scores [B,K], classes [B,K])
+      == NonMaxSuppression per (image, class) + ScatterND + TopK(K) + padding
+    BatchedNMS(Dynamic)_TRT likewise (per-class topK first, classes as float, -1 padding)
+
+The decomposition is `graphfix.nms.efficient` (also the plugins' reference form for the
+check): ONNX's strict thresholds are moved one float32 ulp down, so EfficientNMS's `>=`
+holds exactly. The result runs in onnxruntime and builds natively on TensorRT >= 11, where
+BatchedNMS*/NMS* are removed and EfficientNMS_TRT is deprecated (since 10.12). Scalar
+attributes exported as one-element lists (yolov6/yolov7's `box_coding = (1,)`) are read as
+scalars. Not handled, with a note: NMS_TRT (SSD DetectionOutput with prior decoding),
+EfficientNMS's anchors input, BatchedNMS's caffe IoU and box clipping, nodes in subgraphs.
+"""
+
+from __future__ import annotations
+
+import onnx_graphsurgeon as gs
+from onnx import helper
+
+from graphfix.nms.efficient import NMS_PLUGINS, batched_nms, efficient_nms
+from graphfix.nms.onnxops import clashes, insert
+from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
+from graphfix.runtime.references import Unavailable
+
+_BUILD = {"EfficientNMS_TRT": efficient_nms, "BatchedNMS_TRT": batched_nms,
+          "BatchedNMSDynamic_TRT": batched_nms}
+_NOT_DONE = {"NMS_TRT": "NMS_TRT (SSD DetectionOutput with prior decoding) has no "
+                        "decomposition here", "NMSDynamic_TRT": "NMSDynamic_TRT (SSD "
+                        "DetectionOutput) has no decomposition here"}
+COUNT = "replaced NMS plugins by standard ONNX"
+
+
+class PluginToNms(Pass):
+    """Replaces EfficientNMS_TRT / BatchedNMS_TRT / BatchedNMSDynamic_TRT nodes of the main
+    graph by their standard-ONNX decomposition; every graph output keeps its name."""
+
+    name = "plugin-to-nms"
+    summary = ("Replace EfficientNMS_TRT / BatchedNMS(Dynamic)_TRT plugin nodes by standard "
+               "ONNX NonMaxSuppression + TopK with the same outputs (for onnxruntime and "
+               "TensorRT >= 11).")
+    Options = NoOptions
+    counts_rewrites = True
+
+    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        result = PassResult(changed=False)
+        opset = graph.opset or 11
+        for node in list(graph.nodes):
+            label = f"{node.op} '{node.name}'"
+            if node.op in _NOT_DONE:
+                result.notes.append(Note(label, _NOT_DONE[node.op]))
+                continue
+            if node.op not in _BUILD:
+                continue
+            proto = helper.make_node(node.op, [t.name for t in node.inputs],
+                                     [t.name for t in node.outputs], name=node.name,
+                                     **node.attrs)
+            try:
+                dec = _BUILD[node.op](proto, opset)
+            except Unavailable as err:
+                result.notes.append(Note(label, str(err)))
+                continue
+            if taken := clashes(graph, dec, {t.name for t in node.outputs}):
+                result.notes.append(Note(label, f"its decomposition's names {taken[:3]} are "
+                                                "taken in the graph"))
+                continue
+            if not ctx.allow_rewrite(self.name, label):
+                result.notes.append(Note(label, LIMIT_REACHED))
+                continue
+            node.inputs.clear()
+            node.outputs.clear()
+            graph.nodes.remove(node)
+            insert(graph, dec)
+            result.counts[COUNT] += 1
+            result.changed = True
+        if not result.changed and not result.notes:
+            result.notes.append(Note("graph", "no " + " / ".join(NMS_PLUGINS) + " node"))
+        return result

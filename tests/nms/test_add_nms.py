@@ -1,0 +1,174 @@
+"""add-nms on tiny detectors built in code, then plugin-to-nms on its EfficientNMS form."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from graphfix.graph import to_graph, to_model
+from graphfix.nms.compare import compare_detections, from_efficient
+from graphfix.nms.heads import find_head
+from graphfix.nms.reference import corners, nms_batch
+from graphfix.passes.add_nms import OUTPUTS, AddNms, AddNmsOptions, choose_form
+from graphfix.passes.base import PassContext
+from graphfix.passes.manager import run_passes
+from graphfix.passes.plugin_to_nms import PluginToNms
+from graphfix.report import APPLIED
+from graphfix.runtime.feeds import graph_inputs, resolve_shapes
+from graphfix.runtime.outputs import OutputCheck, run_checkable
+from graphfix.trt import parse_target
+
+C, B, HW = 3, 2, 12
+N = HW * HW
+
+
+def detector(style: str = "yolov8") -> onnx.ModelProto:
+    """A conv net whose head is [B, 4+C, N] (yolov8) or [B, N, 5+C] (yolov5): centres over a
+    96-pixel image, sizes 8..40, sigmoid scores (about half above 0.25)."""
+    rng = np.random.default_rng(0)
+    ch = 4 + C + (style == "yolov5")
+    v5 = style == "yolov5"  # box-major from the start: [B, N, ch], concatenated on axis 2
+    w = (rng.standard_normal((ch, 3, 3, 3)) * 0.6).astype(np.float32)
+    vec = (1, 1, 4) if v5 else (1, 4, 1)
+    inits = [numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(np.array([96, 96, 32, 32], np.float32).reshape(vec),
+                                     "scale"),
+             numpy_helper.from_array(np.array([0, 0, 8, 8], np.float32).reshape(vec), "offset"),
+             numpy_helper.from_array(np.array([B, ch, N], np.int64), "flat")]
+    axis = 2 if v5 else 1
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Reshape", ["c", "flat"], ["r0"]),
+             helper.make_node("Transpose" if v5 else "Identity", ["r0"], ["r"],
+                              **({"perm": [0, 2, 1]} if v5 else {})),
+             helper.make_node("Sigmoid", ["r"], ["s"]),
+             helper.make_node("Split", ["s"], ["box", "cls"], axis=axis, split=[4, ch - 4]),
+             helper.make_node("Mul", ["box", "scale"], ["bs"]),
+             helper.make_node("Add", ["bs", "offset"], ["bo"]),
+             helper.make_node("Concat", ["bo", "cls"], ["head"], axis=axis)]
+    out_shape = [B, N, ch] if v5 else [B, ch, N]
+    graph = helper.make_graph(nodes, "det", [helper.make_tensor_value_info("x", 1, [B, 3, HW, HW])],
+                              [helper.make_tensor_value_info("head", 1, out_shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+    model.ir_version = 7
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def apply(pass_, model, trt=None):
+    graph = to_graph(model)
+    result = pass_.run(graph, PassContext(trt=parse_target(trt) if trt else None))
+    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    return to_model(graph, model), result
+
+
+def numpy_detections(model, feeds, style):
+    raw = run_checkable(model, feeds)["head"]
+    x = raw.transpose(0, 2, 1) if style == "yolov8" else raw
+    scores = x[..., 5:] * x[..., 4:5] if style == "yolov5" else x[..., 4:]
+    return nms_batch(corners(x[..., :4]), scores, 100, 0.25, 0.45)
+
+
+def detections(model, feeds):
+    out = run_checkable(model, feeds)
+    return from_efficient(*(out[n] for n in OUTPUTS))
+
+
+def random_images(seed):
+    return {"x": np.random.default_rng(seed).standard_normal((B, 3, HW, HW)).astype(np.float32)}
+
+
+def assert_same(a, b):
+    report = compare_detections(a, b)
+    assert report.ok, report.describe()
+    assert report.count_a > 20
+
+
+@pytest.mark.parametrize("style", ["yolov8", "yolov5"])
+@pytest.mark.parametrize("trt, op", [("10.8", "EfficientNMS_TRT"), ("11.1", "NonMaxSuppression")])
+def test_add_nms_matches_numpy_nms(style, trt, op):
+    model = detector(style)
+    out, result = apply(AddNms(), model, trt)
+    assert result.changed and result.verified, result.notes
+    assert op in [n.op_type for n in out.graph.node]
+    assert [o.name for o in out.graph.output] == list(OUTPUTS)
+    for seed in (10, 11, 12):
+        feeds = random_images(seed)
+        assert_same(detections(out, feeds), numpy_detections(model, feeds, style))
+    if op == "EfficientNMS_TRT":  # round trip to a standard model with the same detections
+        std, res2 = apply(PluginToNms(), out)
+        assert res2.changed and "EfficientNMS_TRT" not in [n.op_type for n in std.graph.node]
+        onnx.checker.check_model(std, full_check=True)
+        for seed in (10, 11):
+            feeds = random_images(seed)
+            a, b = run_checkable(out, feeds), run_checkable(std, feeds)
+            for name in OUTPUTS:
+                np.testing.assert_array_equal(a[name], b[name])
+            assert_same(detections(std, feeds), numpy_detections(model, feeds, style))
+    again = AddNms().run(to_graph(out), PassContext())
+    assert not again.changed and again.notes
+
+
+def test_heads_are_recognised_with_reasons():
+    head = find_head(to_graph(detector("yolov8")))
+    assert head.style == "yolov8" and head.num_classes == C and not head.objectness
+    head = find_head(to_graph(detector("yolov5")))
+    assert head.style == "yolov5" and head.objectness and head.num_classes == C
+    model = detector()
+    model.graph.output[0].type.tensor_type.shape.dim[2].dim_param = "n"
+    assert find_head(to_graph(model)).channel_major  # symbolic N: the Concat on axis 1 says
+    model.graph.output.append(helper.make_tensor_value_info("c", 1, None))
+    extra = to_graph(model)
+    extra.outputs[1].shape = [B, 8, N]
+    assert "exactly one" in find_head(extra)
+
+
+def test_form_follows_the_trt_target():
+    assert choose_form(parse_target("10.8"))[0] == "efficient"
+    form, why = choose_form(parse_target("10.12"))
+    assert form == "onnx" and "deprecated since 10.12" in why
+    assert choose_form(None)[0] == "onnx"
+    assert choose_form(parse_target("10.12"), "efficient")[0] == "efficient"
+
+
+def test_refuses_when_its_check_fails(monkeypatch):
+    import graphfix.passes.add_nms as add_nms
+
+    monkeypatch.setattr(add_nms, "MIN_IOU", 1.5)  # no box can match: the check must fail
+    out, result = apply(AddNms(AddNmsOptions(form="onnx")), detector())
+    assert not result.changed and "not added" in str(result.notes[0])
+    assert [o.name for o in out.graph.output] == ["head"]
+
+
+def test_manager_accepts_it_as_a_pass_that_changes_outputs():
+    model = detector()
+    check = OutputCheck.prepare(model, resolve_shapes(graph_inputs(model), {}))
+    out, report = run_passes(model, [("add-nms", AddNms(AddNmsOptions(form="onnx")))], check,
+                             PassContext())
+    assert report.passes[0].status == APPLIED, report.passes[0].rollback_reason
+    assert [o.name for o in out.graph.output] == list(OUTPUTS)
+
+
+def test_check_detections_from_the_command_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from graphfix.cli.app import app
+
+    plugin, _ = apply(AddNms(), detector(), "10.8")
+    std, _ = apply(PluginToNms(), plugin)
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(std)
+    iou = next(t for t in wrong.graph.initializer if t.data_type == 1 and t.dims == [1]
+               and 0.4 < numpy_helper.to_array(t)[0] < 0.5)  # the IoU threshold, 0.45
+    iou.CopyFrom(numpy_helper.from_array(np.array([0.2], np.float32), iou.name))
+    paths = []
+    for name, model in (("plugin", plugin), ("std", std), ("wrong", wrong)):
+        paths.append(str(tmp_path / f"{name}.onnx"))
+        onnx.save(model, paths[-1])
+    runner = CliRunner()
+    ok = runner.invoke(app, ["check", paths[0], paths[1], "--detections"])
+    assert ok.exit_code == 0, ok.output
+    assert "detections match" in ok.output and "matched 100.0% / 100.0%" in ok.output
+    bad = runner.invoke(app, ["check", paths[1], paths[2], "--detections"])
+    assert bad.exit_code == 1 and "DIFFER" in bad.output
