@@ -115,3 +115,48 @@ def test_a_reshape_with_no_activation_after_it_is_not_in_the_way():
     assert found == {("Conv 'c1'", "no activation", "", ""),
                      ("Conv 'c2'", "broken", "Reshape 'r2'",
                       "eliminate-noops, if it changes nothing")}
+
+
+def test_nms_regions_with_the_pass_for_the_target():
+    detectors = _detectors()
+    from graphfix.explain import explain_nms
+    from graphfix.trt import parse_target
+
+    (old,) = explain_nms(detectors.top_level(), parse_target("8.4"))
+    assert old["where"] == "NonMaxSuppression 'nms'" and old["kind"] == "onnx"
+    assert old["boxes"] == ["boxes"] and old["scores"] == ["scores"]
+    assert old["layout"] == "[B,N,C]" and old["box_format"] == "corner"
+    assert old["thresholds"] == ["max_output_boxes_per_class: 4", "iou_threshold: 0.5",
+                                 "score_threshold: 0.3"]
+    assert old["tail"] == 3 and old["pass"].startswith("nms-to-plugin (TensorRT 8.4")
+    (new,) = explain_nms(detectors.top_level())
+    assert new["pass"].startswith("bound-nms (TensorRT 11.1")
+    (inner,) = explain_nms(detectors.in_if(), parse_target("8.4"))
+    assert inner["pass"].startswith("split-nms")
+    (plugin,) = explain_nms(detectors.plugin(), parse_target("10.12"))
+    assert plugin["pass"].startswith("plugin-to-nms (EfficientNMS_TRT is deprecated")
+
+
+def test_cli_explain_prints_nms_regions(tmp_path):
+    detectors = _detectors()
+    src = tmp_path / "m.onnx"
+    onnx.save(detectors.top_level(), src)
+    result = CliRunner().invoke(app, ["run", str(src), "--passes", "cleanup", "--explain",
+                                      "--trt", "8.4", "-o", str(tmp_path / "o.onnx")])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())  # rich wraps long lines
+    assert "NMS regions: 1" in text
+    assert "NonMaxSuppression 'nms' (onnx): boxes boxes, scores scores, layout [B,N,C], " \
+           "corner boxes; max_output_boxes_per_class: 4" in text
+    assert "tail 3 nodes pass: nms-to-plugin (TensorRT 8.4" in text
+
+
+def _detectors():
+    """tests/nms/detectors.py (tiny detectors built in code)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "nms"))
+    import detectors
+
+    return detectors

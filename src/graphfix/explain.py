@@ -18,6 +18,10 @@ Which activation ops TensorRT fuses is not in ../shared/trt/ data and was not
 checked on TensorRT here; the list below is ONNX's activation ops that the parser
 maps to activation layers, and the report says "activation" rather than
 promising a fusion for each one.
+
+The section also lists every NMS region (`graphfix.nms.find_regions`) of the result: where
+it is, its kind, the pre-NMS boxes/scores tensors, score layout, box format, thresholds,
+tail size, and the NMS pass that applies for the run's TensorRT target (`nms_pass`).
 """
 
 from __future__ import annotations
@@ -75,11 +79,45 @@ class Explanation:
         return {"counts": self.counts(), "broken": [asdict(c) for c in self.broken()]}
 
 
-def explain_change(before: onnx.ModelProto, after: onnx.ModelProto) -> dict:
-    """The report section: chain counts before and after a run, and what is still broken."""
+def explain_change(before: onnx.ModelProto, after: onnx.ModelProto, trt=None) -> dict:
+    """The report section: chain counts before and after a run, what is still broken, and
+    the NMS regions of the result with the pass for the TensorRT target `trt` (a
+    graphfix.trt.TrtTarget; None: the newest documented)."""
     old, new = explain(before), explain(after)
     return {"before": old.counts(), "after": new.counts(),
-            "broken": new.to_json()["broken"]}
+            "broken": new.to_json()["broken"], "nms": explain_nms(after, trt)}
+
+
+def explain_nms(model: onnx.ModelProto, trt=None) -> list[dict]:
+    """One entry per NMS region: where, kind, boxes/scores, layout, box format,
+    thresholds, tail size, and the pass that applies for the target."""
+    from graphfix.nms.regions import find_regions
+
+    return [{"where": r.label, "kind": r.kind.value, "boxes": list(r.boxes),
+             "scores": list(r.scores), "layout": r.layout.value,
+             "box_format": r.box_format.value,
+             "thresholds": [t.describe() for t in r.thresholds], "tail": len(r.tail),
+             "pass": nms_pass(r, trt)} for r in find_regions(model)]
+
+
+def nms_pass(region, trt=None) -> str:
+    """The NMS pass for a region at the target, with why."""
+    from graphfix.nms.efficient import NMS_PLUGINS
+    from graphfix.nms.regions import Kind, Where
+    from graphfix.passes.nms_for_trt import choose
+    from graphfix.trt import documented_versions, parse_target, plugin_for
+
+    target = trt or parse_target(documented_versions()[-1])
+    if region.kind is Kind.PLUGIN:
+        spec = plugin_for(region.op_type)
+        status = spec.status_at(target) if spec is not None else "unknown"
+        if status != "available" and region.op_type in NMS_PLUGINS:
+            return f"plugin-to-nms ({region.op_type} is {status} in {target.label()})"
+        return f"none ({region.op_type} is {status} in {target.label()})"
+    chosen, why = choose(target)
+    if chosen == "nms-to-plugin" and region.where is not Where.MAIN:
+        return f"split-nms (nms-to-plugin needs a main-graph NMS; {why})"
+    return f"{chosen} ({why})"
 
 
 def explain(model: onnx.ModelProto | gs.Graph) -> Explanation:

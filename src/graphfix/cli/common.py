@@ -88,6 +88,7 @@ def print_explain(section: dict, shown: int = 20) -> None:
     before, after = section["before"], section["after"]
     counts = ", ".join(f"{k} {before[k]} → {after[k]}" for k in after)
     console.print(f"Conv chains (TensorRT fusion): {counts}", markup=False)
+    _print_nms(section.get("nms", []))
     broken = section["broken"]
     if not broken:
         return
@@ -99,6 +100,19 @@ def print_explain(section: dict, shown: int = 20) -> None:
     console.print(table)
     if len(broken) > shown:
         console.print(f"... {len(broken) - shown} more (see --report)", markup=False)
+
+
+def _print_nms(regions: list[dict]) -> None:
+    """The NMS regions of the --explain section, one block each (nothing without any)."""
+    if not regions:
+        return
+    console.print(f"NMS regions: {len(regions)}", markup=False)
+    for r in regions:
+        console.print(
+            f"  {r['where']} ({r['kind']}): boxes {', '.join(r['boxes']) or '-'}, scores "
+            f"{', '.join(r['scores']) or '-'}, layout {r['layout']}, {r['box_format']} boxes; "
+            f"{'; '.join(r['thresholds'])}; tail {r['tail']} nodes\n    pass: {r['pass']}",
+            markup=False)
 
 
 def print_report(report: Report, show_traceback: bool = False, warn_skipped: bool = False

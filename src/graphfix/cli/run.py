@@ -75,8 +75,8 @@ def run_command(
     explain: bool = typer.Option(
         False, "--explain",
         help="Show which Conv -> (bias) -> activation chains TensorRT can fuse after the run, "
-        "and for each broken one the node in the way, why, and the pass that fixes it "
-        "(also in the JSON report).",
+        "for each broken one the node in the way, why, and the pass that fixes it, "
+        "and the NMS regions with the NMS pass for the --trt target (also in the JSON report).",
     ),
     trt: str = typer.Option(
         None, "--trt",
@@ -149,7 +149,9 @@ def run_command(
         split_lines = _save_split(result, out, model)
         rep = result.report
         if explain:
-            rep.explain = explain_change(source, result.model)
+            from graphfix.trt import parse_target as _target
+
+            rep.explain = explain_change(source, result.model, _target(trt) if trt else None)
         diagnosis = None
         if trt is not None:
             from graphfix.doctor import diagnose

@@ -171,8 +171,10 @@ class Pass:
     # True when run() may change the graph outputs (split-nms makes the backbone's cut
     # tensors the outputs): the manager then does not compare outputs with the reference
     # but requires `PassResult.verified` (the pass checked itself), and later passes are
-    # compared with the new model's outputs.
-    changes_outputs: ClassVar[bool] = False
+    # compared with the new model's outputs. The manager reads it after run(), so a pass
+    # whose choice depends on the run (nms-for-trt delegates to nms-to-plugin or bound-nms
+    # by ctx.trt) sets it on the instance in run().
+    changes_outputs: bool = False
 
     def __init__(self, options: Any = None) -> None:
         self.options = options if options is not None else self.Options()

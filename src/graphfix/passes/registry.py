@@ -23,6 +23,8 @@ from graphfix.passes.fuse_conv_mul import FuseConvMul
 from graphfix.passes.fuse_pad_conv import FusePadConv
 from graphfix.passes.int64_to_int32 import Int64ToInt32
 from graphfix.passes.merge_duplicates import MergeDuplicates
+from graphfix.passes.nms_for_trt import NmsForTrt
+from graphfix.passes.nms_to_plugin import NmsToPlugin
 from graphfix.passes.normalize_activations import NormalizeActivations
 from graphfix.passes.opset import Opset
 from graphfix.passes.plugin_to_nms import PluginToNms
@@ -50,6 +52,8 @@ PASSES: tuple[type[Pass], ...] = (
     SplitNms,
     PluginToNms,
     AddNms,
+    NmsToPlugin,
+    NmsForTrt,
 )
 
 

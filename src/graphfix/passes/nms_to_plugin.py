@@ -1,0 +1,302 @@
+"""`nms-to-plugin`: ONNX NonMaxSuppression and its gather tail become EfficientNMS_TRT.
+
+    sel = NonMaxSuppression(boxes [B,N,4], scores [B,C,N], M, iou, score) -> tail -> outputs
+      -> EfficientNMS_TRT(boxes, Transpose(scores) [B,N,C]; box_coding = center_point_box,
+                          iou_threshold = iou+, score_threshold = score+, max_output_boxes = max,
+                          background_class = -1, score_activation = 0)
+      -> num_detections [B,1] int32, detection_boxes [B,max,4], detection_scores [B,max],
+         detection_classes [B,max] int32                       (the new graph outputs)
+
+For TensorRT < 8.5, whose parser imports ONNX NonMaxSuppression only through the
+experimental EfficientNMS_ONNX_TRT plugin (thresholds must be initializers; padding rows
+repeat the last valid one, so a Gather tail yields duplicates; ../shared/trt/nms_notes.md).
+A Transpose(perm=[0,2,1]) in front of the NMS is reused instead of adding a second one.
+
+Semantic differences, and how they are handled:
+
+- thresholds: ONNX keeps `score > t` and suppresses `IoU > u`; EfficientNMS_TRT keeps
+  `score >= t` and suppresses `IoU >= u`. The plugin gets `t+ = nextafter(float32(t), +inf)`
+  (likewise u), so `x >= t+` holds exactly when `x > t` for float32 x (the ulp trick of
+  docs/nms-plugins.md, the other way). No score threshold: the lowest float32.
+- cap: ONNX's `max_output_boxes_per_class` is per class, EfficientNMS's `max_output_boxes`
+  is per image (the option `max`, default 100). They agree only when no class keeps more
+  than its cap and no image more than `max`; the check below refuses otherwise.
+- candidates: EfficientNMS considers only the 5000 best (box, class) pairs per image (2000
+  on SM 5.3/6.2); its reference form here does not model that limit.
+- the result: fixed-shape, zero-padded outputs instead of `selected_indices [M,3]`; the
+  tail that gathered boxes/labels from the indices is dropped with the outputs it made.
+- EfficientNMS_TRT is deprecated from TensorRT 10.12 (trt_plugins.json); the pass says so
+  in a note when the target (`--trt`, else the newest documented) is at or past it.
+
+Refused, with a reason (nothing changes): an NMS inside If/Loop/Scan (SSDlite's; use
+split-nms), inputs traced through a score filter, TopK, Concat or the class-offset trick
+(EfficientNMS would see other candidates), non-constant thresholds or cap, a tail that does
+more than gather (arithmetic, control flow), more than one NMS, names already taken, and
+any model whose detections differ. The check: the graph outputs change
+(`changes_outputs`), so on three seeded inputs the original's NMS result, read with
+`compare.from_onnx_nms` at the NMS, must match the new outputs (`from_efficient`, the
+plugin run as its reference form) under the detection comparator: every detection matched
+at IoU >= 0.99 both ways, same classes, same counts per image.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx import helper
+
+from graphfix.graph import fresh_name, names_in_use
+from graphfix.nms.compare import compare_detections, from_efficient, from_onnx_nms
+from graphfix.nms.regions import BoxFormat, Kind, NmsRegion, Where, find_regions
+from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
+from graphfix.runtime.feeds import graph_inputs, model_feeds, resolve_shapes
+from graphfix.runtime.outputs import run_checkable
+from graphfix.runtime.session import run_model
+
+OUTPUTS = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
+SEEDS = (0, 1, 2)
+MIN_IOU = 0.99
+COUNT = "replaced ONNX NonMaxSuppression and its tail by EfficientNMS_TRT"
+# What a tail may do and still be "gathering the detections".
+TAIL_OPS = ("Gather", "GatherND", "GatherElements", "Squeeze", "Unsqueeze", "Reshape",
+            "Flatten", "Slice", "Cast", "Identity", "Concat", "Transpose", "Split", "Shape")
+LOWEST = float(np.finfo(np.float32).min)
+
+
+@dataclass(frozen=True)
+class NmsToPluginOptions:
+    """`max`: EfficientNMS_TRT's max_output_boxes, detections per image (ONNX caps per
+    class)."""
+
+    max: int = 100
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One region's rewrite, by tensor names (it applies to a copy of the graph too)."""
+
+    label: str
+    node_name: str
+    nms_outputs: tuple[str, ...]
+    boxes: str  # the NMS's boxes input [B,N,4]
+    scores: str  # [B,N,C] if not transpose, else the NMS's [B,C,N] input
+    transpose: bool
+    nms_scores: str  # the NMS's own scores input [B,C,N], for reading the original
+    drop: tuple[str, ...]  # graph outputs the tail makes
+    attrs: dict
+
+
+class NmsToPlugin(Pass):
+    """Replaces a main-graph ONNX NonMaxSuppression and its gather tail by EfficientNMS_TRT
+    (module docstring); verifies the detections on seeded inputs or changes nothing."""
+
+    name = "nms-to-plugin"
+    summary = ("ONNX NonMaxSuppression + its gather tail -> EfficientNMS_TRT (for TensorRT "
+               "< 8.5); outputs num_detections/detection_boxes/detection_scores/"
+               "detection_classes; option max=100 (per image); checks its detections.")
+    Options = NmsToPluginOptions
+    counts_rewrites = True
+    changes_outputs = True
+
+    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        result = PassResult(changed=False)
+        if self.options.max < 1:
+            result.notes.append(Note("graph", f"option max must be >= 1 (got {self.options.max})"))
+            return result
+        before = _export(graph)
+        regions = [r for r in find_regions(before) if r.kind is Kind.ONNX]
+        if not regions:
+            result.notes.append(Note("graph", "no ONNX NonMaxSuppression"))
+            return result
+        if len(regions) > 1:
+            result.notes.append(Note("graph", (
+                f"{len(regions)} NonMaxSuppression nodes: nms-to-plugin converts a model "
+                "with one (their outputs would share EfficientNMS_TRT's names)")))
+            return result
+        region = regions[0]
+        plan = plan_region(graph, region, self.options.max)
+        if isinstance(plan, str):
+            result.notes.append(Note(region.label, plan))
+            return result
+        trial = graph.copy()
+        rewrite(trial, plan)
+        ok, verdict = _verify(before, _export(trial), plan, region, ctx)
+        if not ok:
+            cap = region.threshold("max_output_boxes_per_class")
+            result.notes.append(Note(region.label, (
+                f"not converted: {verdict} (ONNX caps {cap.value if cap else '?'} boxes per "
+                f"class, EfficientNMS_TRT {self.options.max} per image)")))
+            return result
+        if not ctx.allow_rewrite(self.name, region.label):
+            result.notes.append(Note(region.label, LIMIT_REACHED))
+            return result
+        rewrite(graph, plan)
+        result.changed = True
+        result.counts[COUNT] += 1
+        cap = region.threshold("max_output_boxes_per_class")
+        result.notes.append(Note(region.label, (
+            f"ONNX capped {cap.value if cap else '?'} boxes per class; EfficientNMS_TRT caps "
+            f"{self.options.max} per image (detections equal on the checked inputs)")))
+        if warning := deprecation(ctx.trt):
+            result.notes.append(Note(region.label, warning))
+        result.verified = f"detections equal the original NMS's on {len(SEEDS)} seeded " \
+                          f"inputs ({verdict})"
+        return result
+
+
+def deprecation(target) -> str:
+    """A warning when EfficientNMS_TRT is not "available" at the target (None: the newest
+    documented TensorRT), else ""."""
+    from graphfix.trt import documented_versions, parse_target, plugin_for
+
+    target = target or parse_target(documented_versions()[-1])
+    spec = plugin_for("EfficientNMS_TRT")
+    status = spec.status_at(target) if spec is not None else "unavailable"
+    if status == "available":
+        return ""
+    since = spec.deprecated_since if spec is not None else "?"
+    return (f"EfficientNMS_TRT is {status} in {target.label()} (deprecated since {since}; "
+            "TensorRT >= 8.5 imports ONNX NonMaxSuppression natively: bound-nms)")
+
+
+def plan_region(graph: gs.Graph, region: NmsRegion, k: int) -> Plan | str:
+    """The rewrite of `region`, or why it cannot be done."""
+    if region.where is not Where.MAIN:
+        return (f"the NMS sits in an If/Loop/Scan body ({region.where.value}): nms-to-plugin "
+                "replaces only a main-graph NMS and its tail; use split-nms to run the "
+                "post-processing outside TensorRT, or bound-nms for TensorRT >= 8.5")
+    if region.reasons:
+        return "its inputs cannot be traced: " + "; ".join(region.reasons)
+    if "class offset" in region.steps:
+        return ("its boxes use the class-offset trick (boxes + class * span, one class per "
+                "box): EfficientNMS_TRT takes per-class scores [B,N,C], which the graph does "
+                "not give; not reproduced (use bound-nms or split-nms)")
+    if region.steps:
+        return (f"its candidates pass through {', '.join(region.steps)} before the NMS: "
+                "EfficientNMS_TRT on the raw boxes would see other candidates")
+    limits = _limits(region)
+    if isinstance(limits, str):
+        return limits
+    tensors = graph.tensors()
+    nms = tensors[region.outputs[0]].inputs[0]
+    drop, problem = _tail(graph, nms)
+    if problem:
+        return problem
+    boxes, scores = nms.inputs[0], nms.inputs[1]
+    if boxes.shape is not None and len(boxes.shape) != 3:
+        return f"its boxes '{boxes.name}' are not [B,N,4] (shape {boxes.shape})"
+    transpose = True
+    producer = scores.inputs[0] if scores.inputs else None
+    if producer is not None and producer.op == "Transpose" and \
+            list(producer.attrs.get("perm", [])) == [0, 2, 1]:
+        scores_in, transpose = producer.inputs[0].name, False
+    else:
+        scores_in = scores.name
+    if taken := sorted(set(OUTPUTS) & set(tensors)):
+        return f"the output names {taken} are taken in the graph"
+    iou, score = limits
+    attrs = dict(score_threshold=score, iou_threshold=iou, max_output_boxes=int(k),
+                 background_class=-1, score_activation=0,
+                 box_coding=int(region.box_format is BoxFormat.CENTER), plugin_version="1")
+    return Plan(region.label, nms.name or "nms", region.outputs, boxes.name, scores_in,
+                transpose, scores.name, tuple(drop), attrs)
+
+
+def _limits(region: NmsRegion) -> tuple[float, float] | str:
+    """(iou, score) for the plugin (one float32 ulp up: `>=` means ONNX's `>`), or why not."""
+    cap = region.threshold("max_output_boxes_per_class")
+    if cap is None or not cap.given:
+        return "no max_output_boxes_per_class: ONNX's default 0 selects nothing"
+    out = []
+    for t in (cap, region.threshold("iou_threshold"), region.threshold("score_threshold")):
+        if t is not None and t.given and t.value is None:
+            return (f"its {t.name} ('{t.source}') is not constant: EfficientNMS_TRT takes "
+                    "it as an attribute (fold-constants may make it one)")
+        out.append(t)
+    _, iou, score = out
+    iou_v = _up(iou.value) if iou is not None and iou.given else _up(0.0)
+    score_v = _up(score.value) if score is not None and score.given else LOWEST
+    return iou_v, score_v
+
+
+def _up(value: float) -> float:
+    return float(np.nextafter(np.float32(value), np.float32(np.inf)))
+
+
+def _tail(graph: gs.Graph, nms: gs.Node) -> tuple[list[str], str]:
+    """(graph outputs the NMS's result reaches, a reason the tail is not a gather tail)."""
+    outputs = {t.name for t in graph.outputs}
+    reached, seen, todo = [], set(), list(nms.outputs)
+    while todo:
+        tensor = todo.pop()
+        if tensor.name in seen:
+            continue
+        seen.add(tensor.name)
+        if tensor.name in outputs:
+            reached.append(tensor.name)
+        for reader in tensor.outputs:
+            if reader.op not in TAIL_OPS or reader.domain not in (None, "", "ai.onnx"):
+                return [], (f"its tail holds {reader.op} '{reader.name}': it does more than "
+                            "gather the detections, and the new outputs would drop that")
+            todo.extend(reader.outputs)
+    if not reached:
+        return [], "its result reaches no graph output"
+    return sorted(reached), ""
+
+
+def rewrite(graph: gs.Graph, plan: Plan) -> None:
+    """Add the EfficientNMS_TRT node, make its outputs the graph's, drop the tail's."""
+    tensors = graph.tensors()
+    boxes, scores = tensors[plan.boxes], tensors[plan.scores]
+    if plan.transpose:
+        bnc = gs.Variable(fresh_name(f"{plan.scores}_bnc", names_in_use(graph)), scores.dtype)
+        graph.nodes.append(gs.Node("Transpose", f"{plan.scores}_bnc", {"perm": [0, 2, 1]},
+                                   [scores], [bnc]))
+        scores = bnc
+    batch = boxes.shape[0] if boxes.shape else "batch"
+    k = plan.attrs["max_output_boxes"]
+    kinds = ((np.int32, [batch, 1]), (boxes.dtype or np.float32, [batch, k, 4]),
+             (scores.dtype or np.float32, [batch, k]), (np.int32, [batch, k]))
+    outs = [gs.Variable(n, dtype, shape) for n, (dtype, shape) in zip(OUTPUTS, kinds, strict=True)]
+    name = fresh_name(f"{plan.node_name}_efficient", {n.name for n in graph.nodes})
+    graph.nodes.append(gs.Node("EfficientNMS_TRT", name, dict(plan.attrs), [boxes, scores], outs))
+    graph.outputs = [t for t in graph.outputs if t.name not in plan.drop] + outs
+    graph.cleanup(remove_unused_graph_inputs=False)
+
+
+def _export(graph: gs.Graph) -> onnx.ModelProto:
+    model = gs.export_onnx(graph.copy(), do_type_check=False)
+    model.ir_version = min(model.ir_version, 8)
+    return model
+
+
+def _verify(before: onnx.ModelProto, after: onnx.ModelProto, plan: Plan, region: NmsRegion,
+            ctx: PassContext) -> tuple[bool, str]:
+    """Whether the new outputs' detections equal the original NMS's on every seeded input,
+    and the comparison (or why it could not run)."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(before)
+    wanted = (plan.nms_outputs[0], plan.boxes, plan.nms_scores)
+    have = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in wanted
+                              if n not in have)
+    center = int(region.box_format is BoxFormat.CENTER)
+    try:
+        shapes = resolve_shapes(graph_inputs(before), ctx.input_shapes)
+        report = None
+        for seed in SEEDS:
+            feeds = model_feeds(before, shapes, seed)
+            ref = run_model(probe, feeds)
+            want = from_onnx_nms(*(ref[n] for n in wanted), center_point_box=center)
+            got = run_checkable(after, feeds)
+            report = compare_detections(want, from_efficient(*(got[n] for n in OUTPUTS)),
+                                        MIN_IOU, report)
+    except Exception as err:  # onnxruntime raises many types; all mean "cannot check"
+        return False, f"the models cannot be run to check the NMS ({type(err).__name__}: {err})"
+    if report.count_a == 0:
+        return False, ("no detections on the seeded inputs, so the check proves nothing; "
+                       "give inputs with --data")
+    return report.ok, report.describe()
