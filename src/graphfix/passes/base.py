@@ -92,8 +92,11 @@ class PassContext:
         """Copies of what a pass may change here, for `restore` when it is rolled back.
 
         Every field but `trt` (read only) and `rewrites` (its count goes on over a
-        rollback, so rewrite numbers stay the same in every run of a pipeline)."""
-        return {f.name: copy.deepcopy(getattr(self, f.name))
+        rollback, so rewrite numbers stay the same in every run of a pipeline). The
+        containers are copied, not their values: a pass adds or replaces entries (a
+        rename, split-nms's side model) and never edits one in place, so a snapshot
+        per pass does not copy a side model every time."""
+        return {f.name: copy.copy(getattr(self, f.name))
                 for f in dataclasses.fields(self) if f.name not in _NOT_RESTORED}
 
     def restore(self, snapshot: dict[str, Any]) -> None:

@@ -273,12 +273,13 @@ class _State:
 
 def _run_one(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier, output_check,
              ran_before) -> PassRecord:
-    """Run one pass with its context restored when it is rolled back or refused."""
+    """Run one pass; its context changes last only when its graph is kept (not when it is
+    rolled back, refused by the rewrite budget, or changed nothing)."""
     saved = ctx.snapshot()
     if ctx.rewrites is not None:
         ctx.rewrites.start(index, spec)
     record = _attempt(index, spec, pass_, state, ctx, verifier, output_check, ran_before)
-    if record.status == ROLLED_BACK or LIMIT_NOTE in record.notes:
+    if record.status != APPLIED:
         ctx.restore(saved)
     return record
 
