@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from graphfix.graph.protos import proto_label
+from graphfix.graph.protos import proto_label, subgraphs
 
 MAX_IF_DEPTH = 8  # nesting levels of If inlined; deeper Ifs stay (their tensors uncompared)
 
@@ -69,23 +69,13 @@ def node_key(node: onnx.NodeProto) -> str:
     return node.name or (node.output[0] if node.output else "")
 
 
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    out = []
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
-            out.append(attr.g)
-        elif attr.type == onnx.AttributeProto.GRAPHS:
-            out.extend(attr.graphs)
-    return out
-
-
 def outer_refs(graph: onnx.GraphProto) -> set[str]:
     """Names `graph` (or its subgraphs) reads from an enclosing scope."""
     defined = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
     defined |= {o for n in graph.node for o in n.output}
     used = {i for n in graph.node for i in n.input if i}
     for node in graph.node:
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             used |= outer_refs(sub)
     used |= {vi.name for vi in graph.output}
     return used - defined
@@ -94,7 +84,7 @@ def outer_refs(graph: onnx.GraphProto) -> set[str]:
 def node_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
     """Explicit inputs, then the outer-scope names its subgraphs read."""
     names = [i for i in node.input if i]
-    for sub in _subgraphs(node):
+    for sub in subgraphs(node):
         names.extend(sorted(outer_refs(sub)))
     return tuple(dict.fromkeys(names))
 
@@ -136,7 +126,7 @@ def hidden_tensors(model: onnx.ModelProto) -> int:
         for node in graph.node:
             if hidden:
                 count += sum(1 for o in node.output if o)
-            for sub in _subgraphs(node):
+            for sub in subgraphs(node):
                 walk(sub, hidden or node.op_type != "If")
 
     walk(model.graph, False)

@@ -24,17 +24,12 @@ def check_samples(model: onnx.ModelProto, data: str | os.PathLike | None, data_k
     (NAME:DIMS) or the usual defaults."""
     if data is not None:
         from graphfix.runtime.data import open_data, run_batch
-        from graphfix.runtime.values import check_value_names, fixed_array
+        from graphfix.runtime.values import with_values
 
         batch = run_batch(model)
         source = open_data(data, model, data_key=data_key, max_samples=count * batch,
                            batch_size=batch, batch_option=None)
-        samples = list(islice(iter(source), count))
-        check_value_names(values or {}, [i.name for i in graph_inputs(model)])
-        for feeds in samples:
-            feeds.update({k: fixed_array(k, v, feeds[k].dtype, feeds[k].shape)
-                          for k, v in (values or {}).items()})
-        return samples
+        return [with_values(model, feeds, values) for feeds in islice(iter(source), count)]
     inputs = graph_inputs(model)
     shapes = resolve_shapes(inputs, dict(parse_input_shape(s) for s in input_shapes))
     return [model_feeds(model, shapes, seed + i, values) for i in range(count)]

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 
 from graphfix.errors import said
+from graphfix.graph.protos import all_nodes, subgraphs
 from graphfix.runtime.values import constant_hints
 
 MAX_TRIES = 8
@@ -37,24 +38,15 @@ def ort_message(err: BaseException) -> str:
     return f"running {node.group(1)} node '{node.group(2)}': {detail}"
 
 
-def _all_nodes(graph: onnx.GraphProto):
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs):
-                yield from _all_nodes(sub)
-
-
 def _suspects(model: onnx.ModelProto, node_name: str, inputs: Sequence[str]) -> list[str]:
     """The graph inputs the node named `node_name` is computed from, in `inputs` order."""
-    nodes = list(_all_nodes(model.graph))
+    nodes = list(all_nodes(model.graph))
     producer = {out: n for n in nodes for out in n.output if out}
     owner: dict[int, onnx.NodeProto] = {}  # id(subgraph node) -> the If/Loop holding it
     for n in nodes:
-        for attr in n.attribute:
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs):
-                for inner in _all_nodes(sub):
-                    owner.setdefault(id(inner), n)
+        for sub in subgraphs(n):
+            for inner in all_nodes(sub):
+                owner.setdefault(id(inner), n)
     start = [n for n in nodes if n.name == node_name]
     seen_nodes: set[int] = set()
     found: set[str] = set()

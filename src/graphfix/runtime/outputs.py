@@ -26,10 +26,10 @@ from graphfix.errors import said
 from graphfix.runtime import references
 from graphfix.runtime.compare import OutputDiff, compare_outputs
 from graphfix.runtime.failures import cannot_run
-from graphfix.runtime.feeds import DEFAULT_SEED, graph_inputs, model_feeds
+from graphfix.runtime.feeds import DEFAULT_SEED, model_feeds
 from graphfix.runtime.session import run_model
 from graphfix.runtime.tolerances import FLOOR_FACTOR, tolerance_table
-from graphfix.runtime.values import InputValue, check_value_names, fixed_array
+from graphfix.runtime.values import InputValue, with_values
 
 
 @dataclass
@@ -98,11 +98,7 @@ class OutputCheck:
         if data is not None:
             from graphfix.runtime.data import first_feeds
 
-            feeds, used_seed = first_feeds(data, model), None
-            if values:
-                check_value_names(values, [i.name for i in graph_inputs(model)])
-                feeds.update({k: fixed_array(k, v, feeds[k].dtype, feeds[k].shape)
-                              for k, v in values.items()})
+            feeds, used_seed = with_values(model, first_feeds(data, model), values), None
         else:
             feeds, used_seed = model_feeds(model, shapes, seed, values), seed
         try:

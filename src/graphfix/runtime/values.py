@@ -26,14 +26,14 @@ Random numbers suit most inputs, but not all. Three kinds get other values:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from graphfix.errors import GraphfixError
-from graphfix.graph.protos import all_nodes, subgraphs
+from graphfix.graph.protos import all_nodes, graph_protos
 
 PASS_THROUGH = {"Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity", "Flatten"}
 COMPARING = ("Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "Mod",
@@ -59,13 +59,6 @@ def is_small_integer(dtype: np.dtype | None, shape: tuple[int, ...]) -> bool:
         len(shape) == 0 or int(np.prod(shape)) <= SMALL)
 
 
-def _all_initializers(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    yield from graph.initializer
-    for node in graph.node:
-        for sub in subgraphs(node):
-            yield from _all_initializers(sub)
-
-
 def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
     for attr in node.attribute:
         if attr.name == "value":
@@ -81,7 +74,7 @@ class _Graph:
     def __init__(self, model: onnx.ModelProto) -> None:
         self.nodes = list(all_nodes(model.graph))
         self.consts: dict[str, np.ndarray] = {}
-        for init in _all_initializers(model.graph):
+        for init in (t for g in graph_protos(model.graph) for t in g.initializer):
             if init.data_location != onnx.TensorProto.EXTERNAL:
                 self.consts[init.name] = numpy_helper.to_array(init)
         self.producer: dict[str, onnx.NodeProto] = {}
@@ -205,3 +198,15 @@ def check_value_names(values: Mapping[str, object], names: Sequence[str]) -> Non
                 f"its inputs are: {', '.join(sorted(names)) or 'none'}",
                 "use one of those names in --input-value",
             )
+
+
+def with_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+                values: Mapping[str, InputValue] | None) -> dict[str, np.ndarray]:
+    """`feeds` (read from --data) with the inputs `values` fixes (--input-value) replaced,
+    each broadcast to the data's shape and cast to its dtype; names checked first."""
+    if values:
+        inits = {t.name for t in model.graph.initializer}
+        check_value_names(values, [i.name for i in model.graph.input if i.name not in inits])
+        feeds.update({k: fixed_array(k, v, feeds[k].dtype, feeds[k].shape)
+                      for k, v in values.items()})
+    return feeds
