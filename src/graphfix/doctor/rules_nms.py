@@ -7,7 +7,8 @@ What each version does with NMS, from the shipped data (`graphfix.trt`):
   initializers; the output is padded. 8.5+: the native NMS layer (INMSLayer), with a
   data-dependent output shape and a 5000-box candidate limit
   (`parser_behaviour_notes.NonMaxSuppression` in onnx_trt_operators.json).
-- NMS plugins (EfficientNMS_TRT, BatchedNMS_TRT, BatchedNMSDynamic_TRT, NMS_TRT): their
+- NMS plugins (trt_plugins.json's "detection/NMS" category: EfficientNMS_TRT,
+  BatchedNMS(Dynamic)_TRT, NMS(Dynamic)_TRT, ...): their
   status at the target (`PluginSpec.status_at`): deprecated ones still build, removed
   ones do not; rules_plugins reports the status itself, this rule says what to do.
 
@@ -23,11 +24,9 @@ import numpy as np
 
 from graphfix.doctor.findings import INFO, WARN, Finding
 from graphfix.doctor.view import ModelView, NodeRef
-from graphfix.trt import TrtTarget
+from graphfix.trt import TrtTarget, is_nms_plugin, native_nms_from, parser_behaviour_notes
 
 IDS = ("nms-strategy",)
-NATIVE_FROM = "8.5"
-NMS_PLUGINS = ("EfficientNMS_TRT", "BatchedNMS_TRT", "BatchedNMSDynamic_TRT", "NMS_TRT")
 _INT32_MAX = np.iinfo(np.int32).max
 
 
@@ -35,14 +34,14 @@ def nms(view: ModelView, target: TrtTarget) -> Iterable[Finding]:
     for ref in view.nodes:
         if ref.standard and ref.op == "NonMaxSuppression":
             yield _onnx_nms(view, ref, target)
-        elif ref.op in NMS_PLUGINS:
+        elif is_nms_plugin(ref.op):
             yield _plugin_nms(ref, target)
 
 
 def _onnx_nms(view: ModelView, ref: NodeRef, target: TrtTarget) -> Finding:
     notes = _parser_notes()
     where = " (inside a subgraph: TensorRT builds the If/Loop around it too)" if ref.path else ""
-    if not target.at_least(NATIVE_FROM):
+    if not target.at_least(native_nms_from()):
         return Finding(
             "nms-strategy", WARN,
             f"TensorRT {target.effective} imports NonMaxSuppression as the experimental "
@@ -74,7 +73,7 @@ def _plugin_nms(ref: NodeRef, target: TrtTarget) -> Finding:
         return Finding(
             "nms-strategy", WARN,
             f"{ref.op} is {status} at TensorRT {target.effective}: the NMS should become "
-            "ONNX NonMaxSuppression, which TensorRT builds natively from 8.5",
+            f"ONNX NonMaxSuppression, which TensorRT builds natively from {native_nms_from()}",
             nodes=(ref.label,), fact=f"trt_plugins.json: {ref.op} {status}",
             fix=_fix([("plugin-to-nms", "the same NMS in standard ONNX ops")],
                      "replace the plugin by ONNX NonMaxSuppression and its post-processing"),
@@ -108,7 +107,4 @@ def _fix(passes: list[tuple[str, str]], otherwise: str = "") -> str:
 
 
 def _parser_notes() -> dict[str, str]:
-    from graphfix.trt._data import operators_data
-
-    notes = operators_data().get("parser_behaviour_notes", {})
-    return dict(notes.get("NonMaxSuppression", {}))
+    return dict(parser_behaviour_notes().get("NonMaxSuppression", {}))

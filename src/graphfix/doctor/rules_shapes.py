@@ -9,7 +9,7 @@ from onnx import TensorProto
 
 from graphfix.doctor.findings import ERROR, WARN, Finding
 from graphfix.doctor.view import ModelView
-from graphfix.trt import TrtTarget, parser_behaviour_notes
+from graphfix.trt import TrtTarget, native_nms_from, parser_behaviour_notes
 
 # Ops whose output shape depends on the input values, not only on input shapes
 # (the ONNX spec of each: the output length is the number of selected elements).
@@ -84,7 +84,8 @@ def data_dependent(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
         fact = notes.get(op) if isinstance(notes.get(op), str) else ""
         if op == "NonMaxSuppression":
             nms = notes.get("NonMaxSuppression", {})
-            fact = nms.get("8.5+", "") if target.at_least("8.5") else nms.get("8.0-8.4", "")
+            native = native_nms_from()
+            fact = nms.get(f"{native}+", "") if target.at_least(native) else nms.get("8.0-8.4", "")
         yield Finding(
             "data-dependent-shape", WARN,
             f"{op} has a data-dependent output shape ({len(refs)} node"

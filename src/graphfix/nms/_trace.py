@@ -31,6 +31,9 @@ _INDEX_CHAIN = ("Transpose", "Squeeze", "Unsqueeze", "Reshape", "Cast", "Flatten
 _OFFSET_CHAIN = ("Unsqueeze", "Slice", "Cast", "Expand", "Reshape", "Gather", "Identity")
 
 
+CLASS_OFFSET = "class offset"  # a step of `Trace.steps` that passes test for
+
+
 @dataclass(frozen=True)
 class Scope:
     """Where a node sits: the flows from the main graph inwards, and for each body the
@@ -120,7 +123,7 @@ def _visit(scope: Scope, name: str, role: str, trace: Trace) -> list[str]:
     if op in ("Add", "Sub"):
         offset = [k for k, n in enumerate(node.input[:2]) if _is_offset(scope, n)]
         if len(offset) == 1:
-            trace.step("class offset")
+            trace.step(CLASS_OFFSET)
             return [node.input[1 - offset[0]]]
     trace.problems.append(f"the {role} path goes through {scope.label(level, i)}, which is "
                           "not a recognised pre-NMS step")

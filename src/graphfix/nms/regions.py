@@ -19,7 +19,7 @@ NMSDynamic_TRT; any domain) — with:
 
 Plugin attributes written as one-element lists by the yolov6/yolov7 exporters
 (`max_output_boxes: [100]`, a Python tuple in the exporter) are read as scalars
-(`plugin_attributes`).
+(`nms.efficient.plugin_attrs`, which the decompositions read them with too).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ import onnx
 from graphfix.graph.protos import proto_label
 from graphfix.nms._flow import Flow, scalar
 from graphfix.nms._trace import Scope, Trace, trace_back, trace_tail
+from graphfix.nms.efficient import plugin_attrs
+from graphfix.trt import is_nms_plugin
 
-PLUGIN_OPS = ("EfficientNMS_TRT", "EfficientNMS_ONNX_TRT", "BatchedNMS_TRT",
-              "BatchedNMSDynamic_TRT", "NMS_TRT", "NMSDynamic_TRT")
 _ONNX_DOMAINS = ("", "ai.onnx")
 
 
@@ -129,7 +129,7 @@ def is_nms(node: onnx.NodeProto) -> Kind | None:
     """The kind of NMS node `node` is, or None."""
     if node.op_type == "NonMaxSuppression" and node.domain in _ONNX_DOMAINS:
         return Kind.ONNX
-    if node.op_type in PLUGIN_OPS:
+    if is_nms_plugin(node.op_type):  # no NMS plugin shares its name with an ONNX op
         return Kind.PLUGIN
     return None
 
@@ -167,7 +167,7 @@ def _where(scope: Scope) -> Where:
 def _region(scope: Scope, i: int, kind: Kind) -> NmsRegion:
     flow = scope.flows[-1]
     node = flow.nodes[i]
-    attrs = plugin_attributes(node)
+    attrs = plugin_attrs(node)
     level = len(scope.flows) - 1
     boxes_in, scores_in = _box_score_inputs(node, attrs, kind)
     boxes = trace_back(scope, boxes_in, "boxes") if boxes_in else Trace()
@@ -192,22 +192,6 @@ def _region(scope: Scope, i: int, kind: Kind) -> NmsRegion:
         tail=tuple(tail), reaches_output=reached, reasons=tuple(dict.fromkeys(reasons)),
         attributes=attrs,
     )
-
-
-def plugin_attributes(node: onnx.NodeProto) -> dict[str, Any]:
-    """The node's non-graph attributes, one-element lists read as scalars (the
-    yolov6/yolov7 tuple quirk) and bytes as text."""
-    out: dict[str, Any] = {}
-    for attr in node.attribute:
-        if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-            continue
-        value = onnx.helper.get_attribute_value(attr)
-        if isinstance(value, (list, tuple)) and len(value) == 1:
-            value = value[0]
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "replace")
-        out[attr.name] = value
-    return out
 
 
 def _box_score_inputs(node: onnx.NodeProto, attrs: dict[str, Any], kind: Kind

@@ -28,8 +28,6 @@ from graphfix.passes.base import Note, Pass, PassContext, PassResult
 from graphfix.passes.bound_nms import BoundNms, BoundNmsOptions
 from graphfix.passes.nms_to_plugin import NmsToPlugin, NmsToPluginOptions
 
-NATIVE_FROM = "8.5"
-
 
 @dataclass(frozen=True)
 class NmsForTrtOptions:
@@ -40,10 +38,10 @@ class NmsForTrtOptions:
 
 def choose(target) -> tuple[str, str]:
     """(pass name, why) for a graphfix.trt.TrtTarget (None: newest documented)."""
-    from graphfix.trt import documented_versions, parse_target
+    from graphfix.trt import documented_versions, native_nms_from, parse_target
 
     target = target or parse_target(documented_versions()[-1])
-    if target.at_least(NATIVE_FROM):
+    if target.at_least(native_nms_from()):
         return "bound-nms", (f"{target.label()} imports ONNX NonMaxSuppression natively "
                              "(INMSLayer, 8.5+), which needs a constant per-class cap")
     return "nms-to-plugin", (f"{target.label()} imports ONNX NonMaxSuppression only through "

@@ -49,6 +49,7 @@ import onnx_graphsurgeon as gs
 from onnx import helper
 
 from graphfix.graph import fresh_name, names_in_use
+from graphfix.nms._trace import CLASS_OFFSET
 from graphfix.nms.compare import compare_detections, from_efficient, from_onnx_nms
 from graphfix.nms.regions import BoxFormat, Kind, NmsRegion, Where, find_regions
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
@@ -170,7 +171,7 @@ def plan_region(graph: gs.Graph, region: NmsRegion, k: int) -> Plan | str:
                 "post-processing outside TensorRT, or bound-nms for TensorRT >= 8.5")
     if region.reasons:
         return "its inputs cannot be traced: " + "; ".join(region.reasons)
-    if "class offset" in region.steps:
+    if CLASS_OFFSET in region.steps:
         return ("its boxes use the class-offset trick (boxes + class * span, one class per "
                 "box): EfficientNMS_TRT takes per-class scores [B,N,C], which the graph does "
                 "not give; not reproduced (use bound-nms or split-nms)")

@@ -17,6 +17,7 @@ from graphfix.trt.matrix import (
     documented_versions,
     import_tensorrt,
     installed_tensorrt_version,
+    native_nms_from,
     parse_target,
     parser_behaviour_notes,
 )
@@ -29,6 +30,7 @@ from graphfix.trt.parser import (
 from graphfix.trt.plugins import (
     PluginAttr,
     PluginSpec,
+    is_nms_plugin,
     plugin_attribute_rules,
     plugin_for,
 )
@@ -42,7 +44,9 @@ __all__ = [
     "documented_versions",
     "import_tensorrt",
     "installed_tensorrt_version",
+    "is_nms_plugin",
     "map_errors_to_nodes",
+    "native_nms_from",
     "parse_error_message",
     "parse_target",
     "parser_behaviour_notes",

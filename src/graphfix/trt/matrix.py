@@ -128,6 +128,13 @@ def parser_behaviour_notes() -> dict[str, Any]:
     return copy.deepcopy(operators_data()["parser_behaviour_notes"])
 
 
+def native_nms_from() -> str:
+    """The first TensorRT version that imports ONNX NonMaxSuppression natively (INMSLayer):
+    the "8.5+" key of `parser_behaviour_notes.NonMaxSuppression`."""
+    notes = operators_data()["parser_behaviour_notes"]["NonMaxSuppression"]
+    return next(key[:-1] for key in notes if key.endswith("+"))
+
+
 def installed_tensorrt_version() -> str | None:
     """`tensorrt.__version__` when `import tensorrt` works, else None. Never raises:
     a missing module, a broken CUDA install or anything else gives None."""

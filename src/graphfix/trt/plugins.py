@@ -101,6 +101,16 @@ def plugin_for(op_type: str) -> PluginSpec | None:
     return _specs().get(op_type)
 
 
+NMS_CATEGORY = "detection/NMS"
+
+
+def is_nms_plugin(op_type: str) -> bool:
+    """Whether `op_type` names a plugin the data files under "detection/NMS"
+    (EfficientNMS_TRT, BatchedNMS(Dynamic)_TRT, NMS(Dynamic)_TRT, ...)."""
+    spec = plugin_for(op_type)
+    return spec is not None and spec.category == NMS_CATEGORY
+
+
 def plugin_attribute_rules() -> dict[str, Any]:
     """The data's `onnx_parser_plugin_rules` (fallback importer, attribute type
     mapping, INT32-only plugins, plugins the parser inserts itself); a copy."""
