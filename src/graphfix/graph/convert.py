@@ -44,3 +44,16 @@ def to_model(graph: gs.Graph, like: onnx.ModelProto) -> onnx.ModelProto:
     del model.metadata_props[:]
     model.metadata_props.extend(like.metadata_props)
     return model
+
+
+def runnable_model(graph: gs.Graph) -> onnx.ModelProto:
+    """The graph as it is now, exported for a pass that must run it in onnxruntime (to
+    plan or verify a rewrite), with an IR version the installed onnxruntime loads
+    (`io.compatible_ir_version`). Exporting leaves the graph as it was (`to_model`
+    relies on that too)."""
+    from graphfix.io import compatible_ir_version
+
+    with G_LOGGER.suppress():
+        model = gs.export_onnx(graph, do_type_check=False)
+    model.ir_version = compatible_ir_version(model)
+    return model

@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from graphfix.graph.convert import runnable_model
 from graphfix.nms.compare import compare_detections, from_efficient
 from graphfix.nms.efficient import NmsSpec, corners, emit_nms, onnx_threshold
 from graphfix.nms.heads import STYLES, RawHead, find_head
@@ -76,13 +77,13 @@ class AddNms(Pass):
             return result
         form, why = choose_form(ctx.trt, opts.form)
         trial = graph.copy()
-        before = _export(trial)
+        before = runnable_model(trial)
         dec = _appendix(head, opts, form, trial.opset)
         if taken := clashes(trial, dec, set()):
             result.notes.append(Note(head.output, f"names {taken[:4]} are taken in the graph"))
             return result
         _append(trial, head, dec, opts.max)
-        ok, verdict = _verify(before, _export(trial), head, opts, ctx)
+        ok, verdict = _verify(before, runnable_model(trial), head, opts, ctx)
         if not ok:
             result.notes.append(Note(head.output, f"not added: {verdict}"))
             return result
@@ -162,12 +163,6 @@ def _append(graph: gs.Graph, head: RawHead, dec, k: int) -> None:
         t.dtype, t.shape = dtype, shape
         new.append(t)
     graph.outputs = [t for t in graph.outputs if t is not raw] + new
-
-
-def _export(graph: gs.Graph) -> onnx.ModelProto:
-    model = gs.export_onnx(graph.copy(), do_type_check=False)
-    model.ir_version = min(model.ir_version, 8)
-    return model
 
 
 def _verify(before: onnx.ModelProto, after: onnx.ModelProto, head: RawHead,

@@ -49,6 +49,7 @@ import onnx_graphsurgeon as gs
 from onnx import helper
 
 from graphfix.graph import fresh_name, names_in_use
+from graphfix.graph.convert import runnable_model
 from graphfix.nms._trace import CLASS_OFFSET
 from graphfix.nms.compare import compare_detections, from_efficient, from_onnx_nms
 from graphfix.nms.regions import BoxFormat, Kind, NmsRegion, Where, find_regions
@@ -107,7 +108,7 @@ class NmsToPlugin(Pass):
         if self.options.max < 1:
             result.notes.append(Note("graph", f"option max must be >= 1 (got {self.options.max})"))
             return result
-        before = _export(graph)
+        before = runnable_model(graph)
         regions = [r for r in find_regions(before) if r.kind is Kind.ONNX]
         if not regions:
             result.notes.append(Note("graph", "no ONNX NonMaxSuppression"))
@@ -124,7 +125,7 @@ class NmsToPlugin(Pass):
             return result
         trial = graph.copy()
         rewrite(trial, plan)
-        ok, verdict = _verify(before, _export(trial), plan, region, ctx)
+        ok, verdict = _verify(before, runnable_model(trial), plan, region, ctx)
         if not ok:
             cap = region.threshold("max_output_boxes_per_class")
             result.notes.append(Note(region.label, (
@@ -266,12 +267,6 @@ def rewrite(graph: gs.Graph, plan: Plan) -> None:
     graph.nodes.append(gs.Node("EfficientNMS_TRT", name, dict(plan.attrs), [boxes, scores], outs))
     graph.outputs = [t for t in graph.outputs if t.name not in plan.drop] + outs
     graph.cleanup(remove_unused_graph_inputs=False)
-
-
-def _export(graph: gs.Graph) -> onnx.ModelProto:
-    model = gs.export_onnx(graph.copy(), do_type_check=False)
-    model.ir_version = min(model.ir_version, 8)
-    return model
 
 
 def _verify(before: onnx.ModelProto, after: onnx.ModelProto, plan: Plan, region: NmsRegion,

@@ -24,11 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
-from onnx_graphsurgeon.logger import G_LOGGER
 
 from graphfix.errors import GraphfixError, said
 from graphfix.graph import to_graph
-from graphfix.io import compatible_ir_version
+from graphfix.graph.convert import runnable_model
 from graphfix.nms.chain import SplitModel, run_split
 from graphfix.nms.parts import build_parts, tensor_info
 from graphfix.nms.split import plan_split
@@ -75,9 +74,7 @@ class SplitNms(Pass):
             raise GraphfixError(f"split-nms{{runs={self.options.runs}}}",
                                 "the split must be verified on at least one input",
                                 "give runs=1 or more")
-        with G_LOGGER.suppress():
-            model = gs.export_onnx(graph, do_type_check=False)
-        model.ir_version = compatible_ir_version(model)
+        model = runnable_model(graph)
         plan = plan_split(model)
         if isinstance(plan, str):
             result.notes.append(Note("graph", plan))
