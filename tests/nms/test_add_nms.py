@@ -133,9 +133,9 @@ def test_form_follows_the_trt_target():
 
 
 def test_refuses_when_its_check_fails(monkeypatch):
-    import graphfix.passes.add_nms as add_nms
+    import graphfix.nms.compare as compare
 
-    monkeypatch.setattr(add_nms, "MIN_IOU", 1.5)  # no box can match: the check must fail
+    monkeypatch.setattr(compare, "DEFAULT_MIN_IOU", 1.5)  # no box can match: the check fails
     out, result = apply(AddNms(AddNmsOptions(form="onnx")), detector())
     assert not result.changed and "not added" in str(result.notes[0])
     assert [o.name for o in out.graph.output] == ["head"]

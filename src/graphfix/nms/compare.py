@@ -210,6 +210,29 @@ def _score_first(outputs: Mapping[str, np.ndarray], pair: list[np.ndarray]
     return first, second
 
 
+VERIFY_SEEDS = (0, 1, 2)
+
+
+def verify_rewrite(before: Any, after: Any, outputs: Sequence[str],
+                   expected: Any, input_shapes: Mapping[str, tuple[int, ...]]
+                   ) -> DetectionReport:
+    """How an NMS rewrite checks itself: on seeded inputs made for `before` (seeds
+    `VERIFY_SEEDS`), the detections `expected(feeds)` says the rewrite must reproduce
+    (A) against `after`'s EfficientNMS-layout `outputs` (B). Raises what onnxruntime
+    raises; the caller says the check could not run."""
+    from graphfix.runtime.feeds import graph_inputs, model_feeds, resolve_shapes
+    from graphfix.runtime.outputs import run_checkable
+
+    shapes = resolve_shapes(graph_inputs(before), input_shapes)
+    report = DetectionReport(DEFAULT_MIN_IOU)
+    for seed in VERIFY_SEEDS:
+        feeds = model_feeds(before, shapes, seed)
+        got = run_checkable(after, feeds)
+        compare_detections(expected(feeds), from_efficient(*(got[n] for n in outputs)),
+                           report=report)
+    return report
+
+
 def compare_models(reference: Any, candidate: Any, samples: Sequence[Mapping[str, np.ndarray]],
                    min_iou: float = DEFAULT_MIN_IOU,
                    providers: Sequence[str] = ("cpu",)) -> DetectionReport:

@@ -29,20 +29,16 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphfix.graph.convert import runnable_model
-from graphfix.nms.compare import compare_detections, from_efficient
+from graphfix.nms.compare import VERIFY_SEEDS, verify_rewrite
 from graphfix.nms.efficient import NmsSpec, corners, emit_nms, onnx_threshold
 from graphfix.nms.heads import STYLES, RawHead, find_head
 from graphfix.nms.onnxops import MIN_OPSET, Emitter, clashes, insert
 from graphfix.nms.reference import corners as np_corners
 from graphfix.nms.reference import nms_batch
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
-from graphfix.runtime.feeds import graph_inputs, model_feeds, resolve_shapes
-from graphfix.runtime.outputs import run_checkable
 from graphfix.runtime.session import run_model
 
 OUTPUTS = ("num_dets", "boxes", "scores", "labels")
-SEEDS = (0, 1, 2)
-MIN_IOU = 0.99
 FORMS = ("auto", "efficient", "onnx")
 
 
@@ -91,7 +87,7 @@ class AddNms(Pass):
         result.changed = True
         result.counts[f"added NMS ({form} form) to a {head.style} head"] += 1
         result.notes.append(Note(head.output, f"{head.describe()}; {why}"))
-        result.verified = f"detections equal a numpy NMS of the raw head on {len(SEEDS)} " \
+        result.verified = f"detections equal a numpy NMS of the raw head on {len(VERIFY_SEEDS)} " \
                           f"seeded inputs ({verdict})"
         return result
 
@@ -169,18 +165,14 @@ def _verify(before: onnx.ModelProto, after: onnx.ModelProto, head: RawHead,
             opts: AddNmsOptions, ctx: PassContext) -> tuple[bool, str]:
     """Whether the new model's detections equal numpy NMS of the raw head on every seeded
     input, and the comparison (or why the model could not run)."""
+    def expected(feeds):
+        raw = np.asarray(run_model(before, feeds)[head.output], np.float32)
+        x = raw.transpose(0, 2, 1) if head.channel_major else raw
+        scores = x[..., 5:] * x[..., 4:5] if head.objectness else x[..., 4:]
+        return nms_batch(np_corners(x[..., :4]), scores, opts.max, opts.score, opts.iou)
+
     try:
-        shapes = resolve_shapes(graph_inputs(before), ctx.input_shapes)
-        report = None
-        for seed in SEEDS:
-            feeds = model_feeds(before, shapes, seed)
-            raw = np.asarray(run_model(before, feeds)[head.output], np.float32)
-            x = raw.transpose(0, 2, 1) if head.channel_major else raw
-            scores = x[..., 5:] * x[..., 4:5] if head.objectness else x[..., 4:]
-            want = nms_batch(np_corners(x[..., :4]), scores, opts.max, opts.score, opts.iou)
-            got = run_checkable(after, feeds)
-            report = compare_detections(from_efficient(*(got[n] for n in OUTPUTS)), want,
-                                        MIN_IOU, report)
+        report = verify_rewrite(before, after, OUTPUTS, expected, ctx.input_shapes)
     except Exception as err:  # onnxruntime raises many types; all mean "cannot check"
         return False, f"the model cannot be run to check the NMS ({type(err).__name__}: {err})"
     return report.ok, report.describe()

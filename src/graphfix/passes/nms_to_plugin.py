@@ -51,16 +51,12 @@ from onnx import helper
 from graphfix.graph import fresh_name, names_in_use
 from graphfix.graph.convert import runnable_model
 from graphfix.nms._trace import CLASS_OFFSET
-from graphfix.nms.compare import compare_detections, from_efficient, from_onnx_nms
+from graphfix.nms.compare import VERIFY_SEEDS, from_onnx_nms, verify_rewrite
 from graphfix.nms.regions import BoxFormat, Kind, NmsRegion, Where, find_regions
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
-from graphfix.runtime.feeds import graph_inputs, model_feeds, resolve_shapes
-from graphfix.runtime.outputs import run_checkable
 from graphfix.runtime.session import run_model
 
 OUTPUTS = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
-SEEDS = (0, 1, 2)
-MIN_IOU = 0.99
 COUNT = "replaced ONNX NonMaxSuppression and its tail by EfficientNMS_TRT"
 # What a tail may do and still be "gathering the detections".
 TAIL_OPS = ("Gather", "GatherND", "GatherElements", "Squeeze", "Unsqueeze", "Reshape",
@@ -144,7 +140,7 @@ class NmsToPlugin(Pass):
             f"{self.options.max} per image (detections equal on the checked inputs)")))
         if warning := deprecation(ctx.trt):
             result.notes.append(Note(region.label, warning))
-        result.verified = f"detections equal the original NMS's on {len(SEEDS)} seeded " \
+        result.verified = f"detections equal the original NMS's on {len(VERIFY_SEEDS)} seeded " \
                           f"inputs ({verdict})"
         return result
 
@@ -280,16 +276,12 @@ def _verify(before: onnx.ModelProto, after: onnx.ModelProto, plan: Plan, region:
     probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in wanted
                               if n not in have)
     center = int(region.box_format is BoxFormat.CENTER)
+    def expected(feeds):
+        ref = run_model(probe, feeds)
+        return from_onnx_nms(*(ref[n] for n in wanted), center_point_box=center)
+
     try:
-        shapes = resolve_shapes(graph_inputs(before), ctx.input_shapes)
-        report = None
-        for seed in SEEDS:
-            feeds = model_feeds(before, shapes, seed)
-            ref = run_model(probe, feeds)
-            want = from_onnx_nms(*(ref[n] for n in wanted), center_point_box=center)
-            got = run_checkable(after, feeds)
-            report = compare_detections(want, from_efficient(*(got[n] for n in OUTPUTS)),
-                                        MIN_IOU, report)
+        report = verify_rewrite(before, after, OUTPUTS, expected, ctx.input_shapes)
     except Exception as err:  # onnxruntime raises many types; all mean "cannot check"
         return False, f"the models cannot be run to check the NMS ({type(err).__name__}: {err})"
     if report.count_a == 0:
