@@ -69,11 +69,29 @@ def run(
     them. `bisect` finds the first one that breaks the numbers.
     The output model's provenance (`graphfix.provenance`) is composed with the input's.
     """
+    prepared = _prepare(model, passes, check, input_shapes, data, input_values, seed,
+                        providers, trt)
+    return _execute(prepared, max_rewrites, on_pass_start, on_pass_done)
+
+
+@dataclass
+class _Prepared:
+    """What every run of one pipeline on one model shares: the model, the pipeline, the
+    input shapes, the output check (the original already run) and the target."""
+
+    source: onnx.ModelProto
+    pipeline: Pipeline
+    shapes: dict[str, tuple[int, ...]]
+    output_check: OutputCheck
+    trt: Any = None
+
+
+def _prepare(model: ModelLike, passes: str | Pipeline, check: bool,
+             input_shapes: Mapping[str, Sequence[int]] | None, data: str | os.PathLike | None,
+             input_values: Mapping[str, InputValue] | None, seed: int,
+             providers: Sequence[str], trt: str | None) -> _Prepared:
     pipeline = passes if isinstance(passes, Pipeline) else parse_pipeline(passes)
-    if isinstance(model, onnx.ModelProto):
-        source = model
-    else:
-        source = io.load(model)
+    source = model if isinstance(model, onnx.ModelProto) else io.load(model)
     given = {k: tuple(int(d) for d in v) for k, v in (input_shapes or {}).items()}
     for spec in pipeline.pass_specs():
         for name, shape in spec.build().implied_input_shapes().items():
@@ -86,15 +104,23 @@ def run(
                 )
     shapes, output_check = _prepare_check(source, given, check, data, input_values, seed,
                                           providers)
-    ctx = PassContext(input_shapes=shapes)
-    if max_rewrites is not None:
-        ctx.rewrites = RewriteBudget(max_rewrites)
+    target = None
     if trt is not None:
         from graphfix.trt import parse_target
 
-        ctx.trt = parse_target(trt)
+        target = parse_target(trt)
+    return _Prepared(source, pipeline, shapes, output_check, target)
+
+
+def _execute(prepared: _Prepared, max_rewrites: int | None,
+             on_pass_start: Callable[[int, str], None] | None = None,
+             on_pass_done: PassCallback | None = None) -> Result:
+    source = prepared.source
+    ctx = PassContext(input_shapes=dict(prepared.shapes), trt=prepared.trt)
+    if max_rewrites is not None:
+        ctx.rewrites = RewriteBudget(max_rewrites)
     result_model, report = run_pipeline(
-        source, pipeline, output_check, ctx, on_pass_start, on_pass_done
+        source, prepared.pipeline, prepared.output_check, ctx, on_pass_start, on_pass_done
     )
     if result_model is not source and (report.renamed or report.removed):
         merged = provenance.compose(provenance.read(source), report.renamed, report.removed)
@@ -112,8 +138,9 @@ def bisect(
     by binary search over `max_rewrites` (see `graphfix.passes.bisect`).
 
     `run_options` are `run`'s other keyword arguments (input shapes, data, seed, ...),
-    used by every probe; the check is always on. The result's model has only the
-    rewrites before the culprit (all of them when none breaks the numbers).
+    used by every probe; the check is always on, and prepared once (the original runs
+    once, not once per probe). The result's model has only the rewrites before the
+    culprit (all of them when none breaks the numbers).
     """
     if not run_options.pop("check", True):
         raise GraphfixError("Cannot bisect without the output check", "--no-check was given",
@@ -122,12 +149,19 @@ def bisect(
         raise GraphfixError("--max-rewrites and --bisect were both given",
                             "bisect chooses the limit of each of its runs itself",
                             "give one of them")
-    source = model if isinstance(model, onnx.ModelProto) else io.load(model)
-    pipeline = passes if isinstance(passes, Pipeline) else parse_pipeline(passes)
+    hooks = {k: run_options.pop(k) for k in ("on_pass_start", "on_pass_done")
+             if k in run_options}
+    options = {"input_shapes": None, "data": None, "input_values": None, "seed": DEFAULT_SEED,
+               "providers": ("cpu",), "trt": None}
+    unknown = set(run_options) - set(options)
+    if unknown:
+        raise TypeError(f"bisect() got unexpected keyword arguments {sorted(unknown)}")
+    options.update(run_options)
+    prepared = _prepare(model, passes, True, **options)  # the original runs once
 
     def probe(limit: int | None) -> tuple[onnx.ModelProto, Report]:
         budget = _EVERY_REWRITE if limit is None else limit
-        result = run(source, pipeline, check=True, max_rewrites=budget, **run_options)
+        result = _execute(prepared, budget, **hooks)
         return result.model, result.report
 
     return bisect_rewrites(probe, on_probe)
