@@ -1,5 +1,6 @@
-"""Helpers for the NMS tests: models with one NMS plugin node, seeded boxes and scores, and
-a plain numpy EfficientNMS written here (independent of graphfix.nms.reference)."""
+"""Helpers for the NMS tests: applying a pass for a target, models with one NMS plugin
+node, seeded boxes and scores, and a plain numpy EfficientNMS written here (independent of
+graphfix.nms.reference)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,19 @@ import onnx
 from onnx import helper
 
 FLOAT, INT32 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT32
+
+
+def apply(pass_, model: onnx.ModelProto, trt: str | None = None):
+    """Run one pass as the manager does (cleanup + toposort after) for a TensorRT target;
+    no onnx.checker, which has no schema for the plugin nodes these passes write."""
+    from graphfix.graph import to_graph, to_model
+    from graphfix.passes.base import PassContext
+    from graphfix.trt import parse_target
+
+    graph = to_graph(model)
+    result = pass_.run(graph, PassContext(trt=parse_target(trt) if trt else None))
+    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    return to_model(graph, model), result
 
 
 def plugin_model(op: str = "EfficientNMS_TRT", b: int = 2, n: int = 40, c: int = 3, k: int = 10,

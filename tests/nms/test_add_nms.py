@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from nmshelpers import apply
 from onnx import helper, numpy_helper
 
-from graphfix.graph import to_graph, to_model
+from graphfix.graph import to_graph
 from graphfix.nms.compare import compare_detections, from_efficient
 from graphfix.nms.heads import find_head
 from graphfix.nms.reference import corners, nms_batch
@@ -54,13 +55,6 @@ def detector(style: str = "yolov8") -> onnx.ModelProto:
     model.ir_version = 7
     onnx.checker.check_model(model, full_check=True)
     return model
-
-
-def apply(pass_, model, trt=None):
-    graph = to_graph(model)
-    result = pass_.run(graph, PassContext(trt=parse_target(trt) if trt else None))
-    graph.cleanup(remove_unused_graph_inputs=False).toposort()
-    return to_model(graph, model), result
 
 
 def numpy_detections(model, feeds, style):

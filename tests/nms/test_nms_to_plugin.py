@@ -5,10 +5,11 @@ from __future__ import annotations
 import detectors as d
 import numpy as np
 import onnx
+from nmshelpers import apply
 from onnx import helper
 
 import graphfix
-from graphfix.graph import fingerprint, to_graph, to_model
+from graphfix.graph import fingerprint, to_graph
 from graphfix.nms.compare import compare_detections, from_efficient, from_onnx_nms
 from graphfix.passes.base import PassContext
 from graphfix.passes.nms_for_trt import NmsForTrt, choose
@@ -32,13 +33,6 @@ def gather_tail_detector(center: bool = False, k: int = 100, b: int = 1) -> onnx
              *d._tail()]
     return d._model(nodes, [d._out("det_boxes", d.F, [None, 4]),
                             d._out("labels", d.I64, [None])], b=b)
-
-
-def apply(pass_, model, trt=None):
-    graph = to_graph(model)
-    result = pass_.run(graph, PassContext(trt=parse_target(trt) if trt else None))
-    graph.cleanup(remove_unused_graph_inputs=False).toposort()
-    return to_model(graph, model), result
 
 
 def original_detections(model, feeds, center):
