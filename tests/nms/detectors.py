@@ -222,3 +222,57 @@ def controlled_feeds(b: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
         feats[:, k, :4] = [x, y, x + 8 + rng.random(), y + 8 + rng.random()]
     feats[:, :, 4:] = rng.normal(1.0, 2.0, size=(b, N, C))
     return {"feats": feats}
+
+
+def yolov7_ort(b: int = 2, k: int = 100, score: float = 0.3) -> onnx.ModelProto:
+    """YOLOv7's ONNX_ORT end2end form: one-class NMS on boxes + ArgMax label * 4096,
+    scores = ReduceMax [B,1,N]; the tail gathers [K, 7] = (image, box, class, score)."""
+    nodes = [*_heads(b), *_limits(k=k, score=score), _c("span", 4096.0, np.float32),
+             helper.make_node("ReduceMax", ["scores"], ["best"], axes=[2], keepdims=1),
+             helper.make_node("ArgMax", ["scores"], ["label"], axis=2, keepdims=1),
+             helper.make_node("Cast", ["label"], ["label_f"], to=F),
+             helper.make_node("Mul", ["label_f", "span"], ["dis"]),
+             helper.make_node("Add", ["boxes", "dis"], ["nmsbox"]),
+             helper.make_node("Transpose", ["best"], ["best_t"], perm=[0, 2, 1]),
+             helper.make_node("NonMaxSuppression", ["nmsbox", "best_t", "max_k", "iou",
+                                                    "score_thr"], ["sel"], name="nms"),
+             _c("zero", 0), _c("two", 2), _c("ax1", [1]),
+             helper.make_node("Gather", ["sel", "zero"], ["x"], axis=1),
+             helper.make_node("Gather", ["sel", "two"], ["y"], axis=1),
+             helper.make_node("Unsqueeze", ["x", "ax1"], ["x1"]),
+             helper.make_node("Unsqueeze", ["y", "ax1"], ["y1"]),
+             helper.make_node("Concat", ["x1", "y1"], ["xy"], axis=1),
+             helper.make_node("GatherND", ["boxes", "xy"], ["det_boxes"]),
+             helper.make_node("GatherND", ["best", "xy"], ["det_scores"]),
+             helper.make_node("GatherND", ["label_f", "xy"], ["det_labels"]),
+             helper.make_node("Cast", ["x1"], ["x1f"], to=F),
+             helper.make_node("Concat", ["x1f", "det_boxes", "det_labels", "det_scores"],
+                              ["dets"], axis=1)]
+    return _model(nodes, [_out("dets", F, [None, 7])], b=b)
+
+
+def torchvision_batched(center: bool = False) -> onnx.ModelProto:
+    """torchvision's batched_nms while exporting: image 0's boxes moved apart by
+    label * (max(boxes) + 1), one-class NMS with the INT64_MAX cap and no score threshold;
+    the tail gathers the kept boxes and labels."""
+    nodes = [*_heads(), _c("max_k", [np.iinfo(np.int64).max]), _c("iou", [0.5], np.float32),
+             _c("zero", 0), _c("ax0", [0]), _c("ax1", [1]), _c("one_f", 1.0, np.float32),
+             helper.make_node("Gather", ["boxes", "zero"], ["boxes2d"], axis=0),
+             helper.make_node("Gather", ["scores", "zero"], ["scores2d"], axis=0),
+             helper.make_node("ReduceMax", ["scores2d"], ["best"], axes=[1], keepdims=0),
+             helper.make_node("ArgMax", ["scores2d"], ["label"], axis=1, keepdims=0),
+             helper.make_node("ReduceMax", ["boxes2d"], ["top"], keepdims=0),
+             helper.make_node("Add", ["top", "one_f"], ["span"]),
+             helper.make_node("Cast", ["label"], ["label_f"], to=F),
+             helper.make_node("Mul", ["label_f", "span"], ["offsets"]),
+             helper.make_node("Unsqueeze", ["offsets", "ax1"], ["offsets2d"]),
+             helper.make_node("Add", ["boxes2d", "offsets2d"], ["moved"]),
+             helper.make_node("Unsqueeze", ["moved", "ax0"], ["moved3"]),
+             helper.make_node("Unsqueeze", ["best", "ax0"], ["best2"]),
+             helper.make_node("Unsqueeze", ["best2", "ax0"], ["best3"]),
+             helper.make_node("NonMaxSuppression", ["moved3", "best3", "max_k", "iou"],
+                              ["sel"], center_point_box=int(center), name="nms"),
+             _c("two", 2), helper.make_node("Gather", ["sel", "two"], ["keep"], axis=1),
+             helper.make_node("Gather", ["boxes2d", "keep"], ["det_boxes"], axis=0),
+             helper.make_node("Gather", ["label", "keep"], ["det_labels"], axis=0)]
+    return _model(nodes, [_out("det_boxes", F, [None, 4]), _out("det_labels", I64, [None])])

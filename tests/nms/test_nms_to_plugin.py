@@ -155,3 +155,82 @@ def test_a_rewrite_budget_of_zero_leaves_the_nms():
     result = NmsToPlugin().run(graph, PassContext(rewrites=RewriteBudget(0)))
     assert not result.changed and LIMIT_REACHED in str(result.notes[0])
     assert "NonMaxSuppression" in [n.op for n in graph.nodes]
+
+
+
+def offset_detections(model, feeds, boxes, best, label):
+    """The original's detections: the kept boxes without offsets (tensor `boxes`), their
+    scores (`best`, the NMS's one class) and ArgMax labels (`label`)."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend(helper.make_empty_tensor_value_info(n)
+                              for n in ("sel", boxes, best, label))
+    out = run_model(probe, feeds)
+    n = out[best].size // len(feeds["feats"])
+    return from_onnx_nms(out["sel"], out[boxes].reshape(-1, n, 4), out[best].reshape(-1, 1, n),
+                         labels=out[label].reshape(-1, n))
+
+
+def efficient_node(model):
+    node = next(n for n in model.graph.node if n.op_type == "EfficientNMS_TRT")
+    return node, {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def test_class_offset_becomes_per_class_scores():
+    """YOLOv7's ORT end2end form: the offset is undone, each box's score goes to its
+    label's column, the cap (per image for one class) becomes max_output_boxes."""
+    model = d.yolov7_ort(b=2, k=7)
+    out, result = apply(NmsToPlugin(), model)
+    assert result.counts[COUNT] == 1 and result.verified, result.notes
+    assert [n.op_type for n in out.graph.node] == OFFSET_AFTER
+    node, attrs = efficient_node(out)
+    assert attrs["max_output_boxes"] == 7  # ONNX's one-class cap, per image already
+    assert node.input[0] == "boxes"  # the boxes without the offset
+    assert "class-offset NMS" in " ".join(str(n) for n in result.notes)
+    onnx.checker.check_model(references.substitute(out).model, full_check=True)
+    for seed in (3, 4):
+        feeds = d.controlled_feeds(b=2, seed=seed)
+        got = plugin_detections(out, feeds)
+        report = compare_detections(offset_detections(model, feeds, "boxes", "best", "label"),
+                                    got)
+        assert report.ok and report.count_a > 10, report.describe()
+        assert {int(c) for g in got for c in g.classes} == {0, 1, 2}
+        assert max(g.count for g in got) == 7  # the cap binds, as in the original
+    again = NmsToPlugin().run(to_graph(out), PassContext())
+    assert not again.changed
+
+
+OFFSET_AFTER = ["Constant"] * 5 + ["MatMul", "Slice", "Slice", "Sigmoid", "ReduceMax", "ArgMax",
+                                   "Cast", "Shape", "Reshape", "Equal", "Where", "EfficientNMS_TRT"]
+
+
+def test_torchvision_batched_nms_is_undone():
+    """Flat boxes, a span computed from the boxes, INT64_MAX cap, no score threshold: the
+    cap becomes the box count, the threshold one ulp above the filler of the other
+    classes, and the Unsqueeze after the offset is replayed on the plain boxes."""
+    model = d.torchvision_batched()
+    out, result = apply(NmsToPlugin(), model)
+    assert result.changed and result.verified, result.notes
+    node, attrs = efficient_node(out)
+    lowest = np.finfo(np.float32).min
+    assert attrs["max_output_boxes"] == d.N
+    assert attrs["score_threshold"] == np.nextafter(lowest, np.float32(0))
+    producer = next(n for n in out.graph.node if node.input[0] in n.output)
+    assert producer.op_type == "Unsqueeze" and producer.input[0] == "boxes2d"
+    feeds = d.controlled_feeds(seed=5)
+    report = compare_detections(offset_detections(model, feeds, "boxes2d", "best", "label"),
+                                plugin_detections(out, feeds))
+    assert report.ok and report.count_a == d.N, report.describe()  # no box overlaps another
+
+
+def test_class_offset_refusals_say_why():
+    # centre-size boxes: the offset is added to w and h too, so the original's IoUs are
+    # not per-class NMS's; the detection check refuses
+    assert "not converted: detections DIFFER" in refusal(d.torchvision_batched(center=True))
+    # labels that do not come from ArgMax: the class count is unknown
+    model = d.yolov7_ort()
+    for node in model.graph.node:
+        if node.op_type == "Cast" and node.input[0] == "label":
+            node.op_type, node.input[0] = "Identity", "best"
+            node.ClearField("attribute")
+    assert "does not multiply one ArgMax's labels" in refusal(model)

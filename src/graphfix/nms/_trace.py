@@ -103,6 +103,8 @@ def _visit(scope: Scope, name: str, role: str, trace: Trace) -> list[str]:
         trace.cut.append(name)
         return []
     if not dirty and not _clean_step(flow, node):
+        if node.op_type in ("Add", "Sub") and _offset_operand(scope, node) is not None:
+            trace.step(CLASS_OFFSET)  # the cut stays here; nms-to-plugin must undo it
         trace.cut.append(name)
         return []
     op = node.op_type
@@ -120,11 +122,9 @@ def _visit(scope: Scope, name: str, role: str, trace: Trace) -> list[str]:
     if op == "Concat":
         trace.step("Concat")
         return [n for n in node.input if n]
-    if op in ("Add", "Sub"):
-        offset = [k for k, n in enumerate(node.input[:2]) if _is_offset(scope, n)]
-        if len(offset) == 1:
-            trace.step(CLASS_OFFSET)
-            return [node.input[1 - offset[0]]]
+    if op in ("Add", "Sub") and (k := _offset_operand(scope, node)) is not None:
+        trace.step(CLASS_OFFSET)
+        return [node.input[1 - k]]
     trace.problems.append(f"the {role} path goes through {scope.label(level, i)}, which is "
                           "not a recognised pre-NMS step")
     trace.cut.append(name)
@@ -163,6 +163,12 @@ def _from_nonzero(scope: Scope, name: str) -> bool:
             return False
         name = node.input[0]
     return False
+
+
+def _offset_operand(scope: Scope, node: onnx.NodeProto) -> int | None:
+    """Which operand of an Add/Sub is a class offset, when exactly one is."""
+    offset = [k for k, n in enumerate(node.input[:2]) if _is_offset(scope, n)]
+    return offset[0] if len(offset) == 1 else None
 
 
 def _is_offset(scope: Scope, name: str) -> bool:

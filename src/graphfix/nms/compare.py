@@ -152,10 +152,12 @@ def from_efficient(num: Any, boxes: Any, scores: Any, classes: Any) -> list[Dete
             for i, n in enumerate(int(c) for c in counts)]
 
 
-def from_onnx_nms(selected: Any, boxes: Any, scores: Any,
-                  center_point_box: int = 0) -> list[Detections]:
+def from_onnx_nms(selected: Any, boxes: Any, scores: Any, center_point_box: int = 0,
+                  labels: Any = None) -> list[Detections]:
     """ONNX NonMaxSuppression form: selected_indices [M,3] (batch, class, box) with the
-    NMS inputs boxes [B,N,4] and scores [B,C,N]."""
+    NMS inputs boxes [B,N,4] and scores [B,C,N]. `labels` [B,N]: each box's class when the
+    NMS ran on one class with the class-offset trick (then `boxes` are the boxes without
+    the offsets); the class column of the indices is 0 there."""
     sel = np.asarray(selected).astype(np.int64).reshape(-1, 3)
     boxes, scores = np.asarray(boxes, np.float64), np.asarray(scores, np.float64)
     if center_point_box:
@@ -164,8 +166,9 @@ def from_onnx_nms(selected: Any, boxes: Any, scores: Any,
     out = []
     for image in range(boxes.shape[0]):
         rows = sel[sel[:, 0] == image]
+        classes = rows[:, 1] if labels is None else np.asarray(labels)[image, rows[:, 2]]
         out.append(Detections.of(boxes[image, rows[:, 2]], scores[image, rows[:, 1], rows[:, 2]],
-                                 rows[:, 1]))
+                                 classes))
     return out
 
 

@@ -73,7 +73,8 @@ class NmsTensors:
 
 def onnx_threshold(value: float) -> float:
     """The threshold that makes ONNX's `x > t'` mean `x >= value` for float32 x."""
-    return float(np.nextafter(np.float32(value), np.float32(-np.inf)))
+    with np.errstate(over="ignore"):  # below the lowest float32 is -inf, as meant
+        return float(np.nextafter(np.float32(value), np.float32(-np.inf)))
 
 
 def emit_nms(em: Emitter, boxes: str, scores: str, spec: NmsSpec) -> NmsTensors:

@@ -21,6 +21,11 @@ Semantic differences, and how they are handled:
 - cap: ONNX's `max_output_boxes_per_class` is per class, EfficientNMS's `max_output_boxes`
   is per image (the option `max`, default 100). They agree only when no class keeps more
   than its cap and no image more than `max`; the check below refuses otherwise.
+- the class-offset trick (torchvision's batched_nms, YOLOv7's ORT end2end export): boxes
+  moved apart by `label * span`, one-class scores [B,1,N]. It is undone (_class_offset):
+  the plain boxes, and [B,N,C] scores holding each box's score in its ArgMax label's
+  column and the lowest float in the others. ONNX's cap is per image there, so `max`
+  defaults to it (at most the box count and 5000), and the rewrite is exact.
 - candidates: EfficientNMS considers only the 5000 best (box, class) pairs per image (2000
   on SM 5.3/6.2); its reference form here does not model that limit.
 - the result: fixed-shape, zero-padded outputs instead of `selected_indices [M,3]`; the
@@ -29,8 +34,9 @@ Semantic differences, and how they are handled:
   in a note when the target (`--trt`, else the newest documented) is at or past it.
 
 Refused, with a reason (nothing changes): an NMS inside If/Loop/Scan (SSDlite's; use
-split-nms), inputs traced through a score filter, TopK, Concat or the class-offset trick
-(EfficientNMS would see other candidates), non-constant thresholds or cap, a tail that does
+split-nms), inputs traced through a score filter, TopK or Concat (EfficientNMS would see
+other candidates), a class offset whose labels are not an ArgMax with a static class count,
+non-constant thresholds or cap, a tail that does
 more than gather (arithmetic, control flow), more than one NMS, names already taken, and
 any model whose detections differ. The check: the graph outputs change
 (`changes_outputs`), so on three seeded inputs the original's NMS result, read with
@@ -52,7 +58,15 @@ from graphfix.graph import fresh_name, names_in_use
 from graphfix.graph.convert import runnable_model
 from graphfix.nms._trace import CLASS_OFFSET
 from graphfix.nms.compare import VERIFY_SEEDS, from_onnx_nms, verify_rewrite
+from graphfix.nms.parts import tensor_info
 from graphfix.nms.regions import BoxFormat, Kind, NmsRegion, Where, find_regions
+from graphfix.passes._class_offset import (
+    ClassOffset,
+    find_offset,
+    lowest,
+    per_class_inputs,
+    shape_of,
+)
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
 from graphfix.runtime.session import run_model
 
@@ -61,15 +75,18 @@ COUNT = "replaced ONNX NonMaxSuppression and its tail by EfficientNMS_TRT"
 # What a tail may do and still be "gathering the detections".
 TAIL_OPS = ("Gather", "GatherND", "GatherElements", "Squeeze", "Unsqueeze", "Reshape",
             "Flatten", "Slice", "Cast", "Identity", "Concat", "Transpose", "Split", "Shape")
-LOWEST = float(np.finfo(np.float32).min)
+DEFAULT_MAX = 100  # detections per image when `max` is 0 and ONNX caps per class
+CANDIDATES = 5000  # EfficientNMS_TRT's numSelectedBoxes (trt_plugins.json, internals)
 
 
 @dataclass(frozen=True)
 class NmsToPluginOptions:
-    """`max`: EfficientNMS_TRT's max_output_boxes, detections per image (ONNX caps per
-    class)."""
+    """`max`: EfficientNMS_TRT's max_output_boxes, detections per image. 0 (the default):
+    100 for a per-class NMS (ONNX caps per class, the plugin per image); for the
+    class-offset trick, ONNX's own cap, which is per image there (at most the box count
+    and 5000)."""
 
-    max: int = 100
+    max: int = 0
 
 
 @dataclass(frozen=True)
@@ -85,6 +102,16 @@ class Plan:
     nms_scores: str  # the NMS's own scores input [B,C,N], for reading the original
     drop: tuple[str, ...]  # graph outputs the tail makes
     attrs: dict
+    cap: int  # ONNX's max_output_boxes_per_class
+    offset: ClassOffset | None = None  # the class-offset trick, undone (_class_offset)
+
+
+def _caps(plan: Plan) -> str:
+    k = plan.attrs["max_output_boxes"]
+    if plan.offset is not None:
+        return (f"class-offset NMS: ONNX capped {plan.cap} boxes per image, EfficientNMS_TRT "
+                f"caps {k} per image over {plan.offset.classes} classes")
+    return f"ONNX capped {plan.cap} boxes per class; EfficientNMS_TRT caps {k} per image"
 
 
 class NmsToPlugin(Pass):
@@ -101,8 +128,8 @@ class NmsToPlugin(Pass):
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
-        if self.options.max < 1:
-            result.notes.append(Note("graph", f"option max must be >= 1 (got {self.options.max})"))
+        if self.options.max < 0:
+            result.notes.append(Note("graph", f"option max must be >= 0 (got {self.options.max})"))
             return result
         before = runnable_model(graph)
         regions = [r for r in find_regions(before) if r.kind is Kind.ONNX]
@@ -123,10 +150,7 @@ class NmsToPlugin(Pass):
         rewrite(trial, plan)
         ok, verdict = _verify(before, runnable_model(trial), plan, region, ctx)
         if not ok:
-            cap = region.threshold("max_output_boxes_per_class")
-            result.notes.append(Note(region.label, (
-                f"not converted: {verdict} (ONNX caps {cap.value if cap else '?'} boxes per "
-                f"class, EfficientNMS_TRT {self.options.max} per image)")))
+            result.notes.append(Note(region.label, f"not converted: {verdict} ({_caps(plan)})"))
             return result
         if not ctx.allow_rewrite(self.name, region.label):
             result.notes.append(Note(region.label, LIMIT_REACHED))
@@ -134,10 +158,8 @@ class NmsToPlugin(Pass):
         rewrite(graph, plan)
         result.changed = True
         result.counts[COUNT] += 1
-        cap = region.threshold("max_output_boxes_per_class")
-        result.notes.append(Note(region.label, (
-            f"ONNX capped {cap.value if cap else '?'} boxes per class; EfficientNMS_TRT caps "
-            f"{self.options.max} per image (detections equal on the checked inputs)")))
+        result.notes.append(Note(region.label, f"{_caps(plan)} (detections equal on the "
+                                               "checked inputs)"))
         if warning := deprecation(ctx.trt):
             result.notes.append(Note(region.label, warning))
         result.verified = f"detections equal the original NMS's on {len(VERIFY_SEEDS)} seeded " \
@@ -161,31 +183,41 @@ def deprecation(target) -> str:
 
 
 def plan_region(graph: gs.Graph, region: NmsRegion, k: int) -> Plan | str:
-    """The rewrite of `region`, or why it cannot be done."""
+    """The rewrite of `region` with `k` detections per image (0: the default of
+    NmsToPluginOptions), or why it cannot be done."""
     if region.where is not Where.MAIN:
         return (f"the NMS sits in an If/Loop/Scan body ({region.where.value}): nms-to-plugin "
                 "replaces only a main-graph NMS and its tail; use split-nms to run the "
                 "post-processing outside TensorRT, or bound-nms for TensorRT >= 8.5")
     if region.reasons:
         return "its inputs cannot be traced: " + "; ".join(region.reasons)
-    if CLASS_OFFSET in region.steps:
-        return ("its boxes use the class-offset trick (boxes + class * span, one class per "
-                "box): EfficientNMS_TRT takes per-class scores [B,N,C], which the graph does "
-                "not give; not reproduced (use bound-nms or split-nms)")
-    if region.steps:
-        return (f"its candidates pass through {', '.join(region.steps)} before the NMS: "
+    if other := [s for s in region.steps if s != CLASS_OFFSET]:
+        return (f"its candidates pass through {', '.join(other)} before the NMS: "
                 "EfficientNMS_TRT on the raw boxes would see other candidates")
-    limits = _limits(region)
-    if isinstance(limits, str):
-        return limits
     tensors = graph.tensors()
     nms = tensors[region.outputs[0]].inputs[0]
+    offset, info = None, {}
+    if CLASS_OFFSET in region.steps:
+        info = tensor_info(runnable_model(graph))
+        offset = find_offset(nms, info)
+        if isinstance(offset, str):
+            return f"its boxes use the class-offset trick, not undone here: {offset}"
+    limits = _limits(region, lowest(nms.inputs[1].dtype) if offset else None)
+    if isinstance(limits, str):
+        return limits
     drop, problem = _tail(graph, nms)
     if problem:
         return problem
     boxes, scores = nms.inputs[0], nms.inputs[1]
     if boxes.shape is not None and len(boxes.shape) != 3:
         return f"its boxes '{boxes.name}' are not [B,N,4] (shape {boxes.shape})"
+    score_shape = shape_of(scores, info)
+    if offset is not None and score_shape is not None and \
+            (len(score_shape) != 3 or score_shape[1] != 1):
+        return (f"its scores '{scores.name}' are not one class [B,1,N] (shape {score_shape}), "
+                "as the class-offset trick gives")
+    cap = int(region.threshold("max_output_boxes_per_class").value)
+    k = k or (_offset_max(cap, shape_of(boxes, info)) if offset else DEFAULT_MAX)
     transpose = True
     producer = scores.inputs[0] if scores.inputs else None
     if producer is not None and producer.op == "Transpose" and \
@@ -200,11 +232,21 @@ def plan_region(graph: gs.Graph, region: NmsRegion, k: int) -> Plan | str:
                  background_class=-1, score_activation=0,
                  box_coding=int(region.box_format is BoxFormat.CENTER), plugin_version="1")
     return Plan(region.label, nms.name or "nms", region.outputs, boxes.name, scores_in,
-                transpose, scores.name, tuple(drop), attrs)
+                transpose, scores.name, tuple(drop), attrs, cap, offset)
 
 
-def _limits(region: NmsRegion) -> tuple[float, float] | str:
-    """(iou, score) for the plugin (one float32 ulp up: `>=` means ONNX's `>`), or why not."""
+def _offset_max(cap: int, shape: list | None) -> int:
+    """ONNX's one-class cap as a per-image count: at most the boxes ([B,N,4] `shape`) and
+    the candidates the plugin considers."""
+    n = shape[1] if shape is not None and len(shape) == 3 else None
+    bound = min(int(n), CANDIDATES) if isinstance(n, (int, np.integer)) and n > 0 else CANDIDATES
+    return max(1, min(cap, bound))
+
+
+def _limits(region: NmsRegion, floor: float | None) -> tuple[float, float] | str:
+    """(iou, score) for the plugin (one float32 ulp up: `>=` means ONNX's `>`), or why not.
+    `floor`: the value the class-offset rewrite puts in the other classes' columns; with no
+    score threshold, the plugin's is one ulp above it instead of the lowest float32."""
     cap = region.threshold("max_output_boxes_per_class")
     if cap is None or not cap.given:
         return "no max_output_boxes_per_class: ONNX's default 0 selects nothing"
@@ -216,7 +258,10 @@ def _limits(region: NmsRegion) -> tuple[float, float] | str:
         out.append(t)
     _, iou, score = out
     iou_v = _up(iou.value) if iou is not None and iou.given else _up(0.0)
-    score_v = _up(score.value) if score is not None and score.given else LOWEST
+    if score is not None and score.given:
+        score_v = _up(score.value)
+    else:
+        score_v = _up(floor) if floor is not None else float(np.finfo(np.float32).min)
     return iou_v, score_v
 
 
@@ -249,7 +294,9 @@ def rewrite(graph: gs.Graph, plan: Plan) -> None:
     """Add the EfficientNMS_TRT node, make its outputs the graph's, drop the tail's."""
     tensors = graph.tensors()
     boxes, scores = tensors[plan.boxes], tensors[plan.scores]
-    if plan.transpose:
+    if plan.offset is not None:
+        boxes, scores = per_class_inputs(graph, plan.offset, tensors[plan.nms_scores])
+    elif plan.transpose:
         bnc = gs.Variable(fresh_name(f"{plan.scores}_bnc", names_in_use(graph)), scores.dtype)
         graph.nodes.append(gs.Node("Transpose", f"{plan.scores}_bnc", {"perm": [0, 2, 1]},
                                    [scores], [bnc]))
@@ -271,14 +318,24 @@ def _verify(before: onnx.ModelProto, after: onnx.ModelProto, plan: Plan, region:
     and the comparison (or why it could not run)."""
     probe = onnx.ModelProto()
     probe.CopyFrom(before)
+    offset = plan.offset
     wanted = (plan.nms_outputs[0], plan.boxes, plan.nms_scores)
+    if offset is not None:  # the boxes without offsets, and each box's class
+        wanted = (plan.nms_outputs[0], offset.boxes, plan.nms_scores, offset.labels)
     have = {o.name for o in probe.graph.output}
     probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in wanted
                               if n not in have)
     center = int(region.box_format is BoxFormat.CENTER)
+
     def expected(feeds):
         ref = run_model(probe, feeds)
-        return from_onnx_nms(*(ref[n] for n in wanted), center_point_box=center)
+        selected, boxes, scores = (ref[n] for n in wanted[:3])
+        labels = None
+        if offset is not None:  # (image, box) order, as the rewrite assumes
+            batch, count = scores.shape[0], scores.shape[-1]
+            boxes = boxes.reshape(batch, count, 4)
+            labels = ref[offset.labels].reshape(batch, count)
+        return from_onnx_nms(selected, boxes, scores, center, labels)
 
     try:
         report = verify_rewrite(before, after, OUTPUTS, expected, ctx.input_shapes)
