@@ -146,7 +146,7 @@ def test_cli_explain_prints_nms_regions(tmp_path):
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())  # rich wraps long lines
     assert "NMS regions: 1" in text
-    assert "NonMaxSuppression 'nms' (onnx): boxes boxes, scores scores, layout [B,N,C], " \
+    assert "NonMaxSuppression 'nms' (onnx): boxes boxes, scores scores; layout [B,N,C], " \
            "corner boxes; max_output_boxes_per_class: 4" in text
     assert "tail 3 nodes pass: nms-to-plugin (TensorRT 8.4" in text
 

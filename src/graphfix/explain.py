@@ -97,6 +97,7 @@ def explain_nms(model: onnx.ModelProto, trt=None) -> list[dict]:
              "scores": list(r.scores), "layout": r.layout.value,
              "box_format": r.box_format.value,
              "thresholds": [t.describe() for t in r.thresholds], "tail": len(r.tail),
+             "steps": list(r.steps), "region": r.describe(),
              "pass": nms_pass(r, trt)} for r in find_regions(model)]
 
 

@@ -67,3 +67,19 @@ def test_nms_plugins_by_their_status(op, trt, severity, status):
     if severity == WARN:
         assert f"{op} is {status} at TensorRT {trt}" in f.message
         assert "ONNX NonMaxSuppression" in f.fix
+
+
+def test_each_finding_describes_its_traced_region(shared_model):
+    import onnx
+
+    f = one(_onnx_nms(100), "10.8", "nms-strategy", only=["nms"])
+    assert f.message.endswith(
+        "Region: boxes boxes, scores scores; layout [B,C,N], corner boxes; "
+        "max_output_boxes_per_class: 100; iou_threshold: 0.5; score_threshold: not given; "
+        "tail 0 nodes")
+    assert f.tensors == ("boxes", "scores")
+    ssd = onnx.load(shared_model("ssdlite320_mobilenet_v3_large.onnx"))
+    f = one(ssd, "10.8", "nms-strategy", only=["nms"])
+    assert "max_output_boxes_per_class: INT64_MAX; iou_threshold: 0.55" in f.message
+    assert "traced through class offset, Concat, score filter, TopK; tail 20 nodes" in f.message
+    assert f.tensors == ("/Reshape_output_0", "/Split_1_output_0")

@@ -108,11 +108,8 @@ def _print_nms(regions: list[dict]) -> None:
         return
     console.print(f"NMS regions: {len(regions)}", markup=False)
     for r in regions:
-        console.print(
-            f"  {r['where']} ({r['kind']}): boxes {', '.join(r['boxes']) or '-'}, scores "
-            f"{', '.join(r['scores']) or '-'}, layout {r['layout']}, {r['box_format']} boxes; "
-            f"{'; '.join(r['thresholds'])}; tail {r['tail']} nodes\n    pass: {r['pass']}",
-            markup=False)
+        console.print(f"  {r['where']} ({r['kind']}): {r['region']}\n    pass: {r['pass']}",
+                      markup=False)
 
 
 def print_report(report: Report, show_traceback: bool = False, warn_skipped: bool = False

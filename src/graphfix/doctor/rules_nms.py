@@ -12,12 +12,18 @@ What each version does with NMS, from the shipped data (`graphfix.trt`):
   status at the target (`PluginSpec.status_at`): deprecated ones still build, removed
   ones do not; rules_plugins reports the status itself, this rule says what to do.
 
+Each finding ends with the NMS region as `graphfix.nms.find_regions` traces it (the
+pre-NMS boxes and scores, layout, box format, thresholds, the steps before the NMS, the
+tail, and why split-nms cannot cut before it), the same line `graphfix run --explain`
+prints; its tensors are the pre-NMS boxes and scores.
+
 The fix names only passes in the registry (`graphfix passes`), so it never points at one
 that does not exist.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 import numpy as np
@@ -31,11 +37,22 @@ _INT32_MAX = np.iinfo(np.int32).max
 
 
 def nms(view: ModelView, target: TrtTarget) -> Iterable[Finding]:
+    regions = None
     for ref in view.nodes:
         if ref.standard and ref.op == "NonMaxSuppression":
-            yield _onnx_nms(view, ref, target)
+            finding = _onnx_nms(view, ref, target)
         elif is_nms_plugin(ref.op):
-            yield _plugin_nms(ref, target)
+            finding = _plugin_nms(ref, target)
+        else:
+            continue
+        if regions is None:
+            from graphfix.nms.regions import find_regions
+
+            regions = {out: r for r in find_regions(view.model) for out in r.outputs if out}
+        region = next((regions[o] for o in ref.node.output if o in regions), None)
+        yield finding if region is None else dataclasses.replace(
+            finding, message=f"{finding.message}. Region: {region.describe()}",
+            tensors=(*region.boxes, *region.scores))
 
 
 def _onnx_nms(view: ModelView, ref: NodeRef, target: TrtTarget) -> Finding:

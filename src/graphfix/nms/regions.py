@@ -28,6 +28,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import onnx
 
 from graphfix.graph.protos import proto_label
@@ -81,7 +82,12 @@ class Threshold:
     def describe(self) -> str:
         if not self.given:
             return f"{self.name}: not given"
-        shown = "not constant" if self.value is None else f"{self.value:g}"
+        if self.value is None:
+            shown = "not constant"
+        elif isinstance(self.value, (int, np.integer)):
+            shown = "INT64_MAX" if self.value == np.iinfo(np.int64).max else str(self.value)
+        else:
+            shown = f"{self.value:g}"
         return f"{self.name}: {shown}"
 
 
@@ -112,6 +118,20 @@ class NmsRegion:
 
     def threshold(self, name: str) -> Threshold | None:
         return next((t for t in self.thresholds if t.name == name), None)
+
+    def describe(self) -> str:
+        """One line: the pre-NMS tensors, layout, box format, thresholds, steps, tail and
+        whether split-nms can cut before it (doctor and --explain print it)."""
+        parts = [f"boxes {', '.join(self.boxes) or '?'}, scores {', '.join(self.scores) or '?'}",
+                 f"layout {self.layout.value}, {self.box_format.value} boxes",
+                 "; ".join(t.describe() for t in self.thresholds) or "no thresholds"]
+        if self.steps:
+            parts.append("traced through " + ", ".join(self.steps))
+        parts.append(f"tail {len(self.tail)} node{'s' * (len(self.tail) != 1)}"
+                     + ("" if self.reaches_output else " reaching no graph output"))
+        if self.reasons:
+            parts.append("split-nms cannot cut before it: " + "; ".join(self.reasons))
+        return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
         return {
