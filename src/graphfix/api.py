@@ -116,7 +116,9 @@ def _execute(prepared: _Prepared, max_rewrites: int | None,
              on_pass_start: Callable[[int, str], None] | None = None,
              on_pass_done: PassCallback | None = None) -> Result:
     source = prepared.source
-    ctx = PassContext(input_shapes=dict(prepared.shapes), trt=prepared.trt)
+    check = prepared.output_check
+    ctx = PassContext(input_shapes=dict(prepared.shapes), trt=prepared.trt,
+                      samples=(dict(check.feeds),) if check.feeds else ())
     if max_rewrites is not None:
         ctx.rewrites = RewriteBudget(max_rewrites)
     result_model, report = run_pipeline(

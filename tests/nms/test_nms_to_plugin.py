@@ -234,3 +234,25 @@ def test_class_offset_refusals_say_why():
             node.op_type, node.input[0] = "Identity", "best"
             node.ClearField("attribute")
     assert "does not multiply one ArgMax's labels" in refusal(model)
+
+
+def test_the_runs_data_is_what_the_pass_checks(tmp_path):
+    """A score threshold no seeded input reaches: with no detections the check proves
+    nothing and the pass refuses; with --data that has detections it applies, and says it
+    checked the run's input."""
+    nodes = [*d._heads(), *d._limits(score=0.999, k=100),
+             helper.make_node("NonMaxSuppression", ["boxes", "scores_t", "max_k", "iou",
+                                                    "score_thr"], ["sel"], name="nms"),
+             *d._tail()]
+    model = d._model(nodes, [d._out("det_boxes", d.F, [None, 4]),
+                             d._out("labels", d.I64, [None])])
+    seeded = graphfix.run(model, passes="nms-to-plugin", trt="8.4").report.passes[0]
+    assert seeded.status != APPLIED and "no detections on the checked inputs" in \
+        " ".join(seeded.notes), seeded.notes
+    feeds = d.controlled_feeds(seed=1)
+    feeds["feats"][..., 4:] = 9.0  # sigmoid(9) = 0.99988 > 0.999 for every box and class
+    np.savez(tmp_path / "data.npz", **feeds)
+    given = graphfix.run(model, passes="nms-to-plugin", trt="8.4", data=tmp_path / "data.npz")
+    record = given.report.passes[0]
+    assert record.status == APPLIED, record.notes
+    assert "detections match on the run's check input and 3 seeded inputs" in record.check

@@ -65,6 +65,7 @@ class DetectionReport:
     max_score_diff: float = 0.0
     max_count_diff: int = 0
     images: int = 0
+    inputs: str = ""  # what the images came from ("the run's check input and ..."), if said
 
     @property
     def matched_a(self) -> float:
@@ -89,7 +90,8 @@ class DetectionReport:
 
     def describe(self) -> str:
         verdict = "match" if self.ok else "DIFFER"
-        return (f"detections {verdict}: {self.images} image(s), {self.count_a} vs "
+        where = f" on {self.inputs}" if self.inputs else ""
+        return (f"detections {verdict}{where}: {self.images} image(s), {self.count_a} vs "
                 f"{self.count_b} detections, matched {self.matched_a:.1%} / "
                 f"{self.matched_b:.1%} at IoU >= {self.min_iou:g}, mean IoU "
                 f"{self.mean_iou:.4f}, classes agree {self.class_agreement:.1%}, max score "
@@ -216,21 +218,57 @@ def _score_first(outputs: Mapping[str, np.ndarray], pair: list[np.ndarray]
 VERIFY_SEEDS = (0, 1, 2)
 
 
-def verify_rewrite(before: Any, after: Any, outputs: Sequence[str],
-                   expected: Any, input_shapes: Mapping[str, tuple[int, ...]]
-                   ) -> DetectionReport:
-    """How an NMS rewrite checks itself: on seeded inputs made for `before` (seeds
-    `VERIFY_SEEDS`), the detections `expected(feeds)` says the rewrite must reproduce
-    (A) against `after`'s EfficientNMS-layout `outputs` (B). Raises what onnxruntime
-    raises; the caller says the check could not run."""
-    from graphfix.runtime.feeds import graph_inputs, model_feeds, resolve_shapes
-    from graphfix.runtime.outputs import run_checkable
+GIVEN = "the run's check input"
 
-    shapes = resolve_shapes(graph_inputs(before), input_shapes)
+
+def verify_inputs(model: Any, input_shapes: Mapping[str, tuple[int, ...]],
+                  samples: Sequence[Mapping[str, np.ndarray]] = (), seeds: Sequence[int] =
+                  VERIFY_SEEDS) -> list[tuple[str, dict[str, np.ndarray]]]:
+    """The inputs an NMS pass checks itself on, each with what it is: the run's check
+    inputs (`samples`, cast to what `model` declares), then seeded inputs for `model` (one
+    per seed) unless equal to a sample (the check's own seeded input often is)."""
+    from graphfix.runtime.feeds import graph_inputs, model_feeds, resolve_shapes
+    from graphfix.runtime.outputs import feeds_as_declared
+
+    shapes = resolve_shapes(graph_inputs(model), input_shapes)
+    out = [(GIVEN, feeds_as_declared(model, dict(s))) for s in samples]
+    for k, seed in enumerate(seeds):
+        feeds = model_feeds(model, shapes, seed)
+        if not any(_same(feeds, given) for _, given in out[:len(samples)]):
+            out.append((f"seeded input {k + 1}", feeds))
+    return out
+
+
+def inputs_said(inputs: Sequence[tuple[str, Any]]) -> str:
+    """"the run's check input and 2 seeded inputs": `verify_inputs`' list in words."""
+    given = sum(label == GIVEN for label, _ in inputs)
+    seeded = len(inputs) - given
+    parts = ([f"{GIVEN}{'s' * (given != 1)}"] if given else []) + \
+        ([f"{seeded} seeded input{'s' * (seeded != 1)}"] if seeded else [])
+    return " and ".join(parts) or "no inputs"
+
+
+def _same(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> bool:
+    return a.keys() == b.keys() and all(
+        np.asarray(a[k]).shape == np.asarray(b[k]).shape and np.array_equal(a[k], b[k])
+        for k in a)
+
+
+def verify_rewrite(before: Any, after: Any, outputs: Sequence[str],
+                   expected: Any, input_shapes: Mapping[str, tuple[int, ...]],
+                   samples: Sequence[Mapping[str, np.ndarray]] = ()) -> DetectionReport:
+    """How an NMS rewrite checks itself: on `samples` (the run's check inputs,
+    `PassContext.samples`) and seeded inputs made for `before` (seeds `VERIFY_SEEDS`), the
+    detections `expected(feeds)` says the rewrite must reproduce (A) against `after`'s
+    EfficientNMS-layout `outputs` (B). Raises what onnxruntime raises; the caller says
+    the check could not run."""
+    from graphfix.runtime.outputs import feeds_as_declared, run_checkable
+
     report = DetectionReport(DEFAULT_MIN_IOU)
-    for seed in VERIFY_SEEDS:
-        feeds = model_feeds(before, shapes, seed)
-        got = run_checkable(after, feeds)
+    inputs = verify_inputs(before, input_shapes, samples)
+    report.inputs = inputs_said(inputs)
+    for _, feeds in inputs:
+        got = run_checkable(after, feeds_as_declared(after, dict(feeds)))
         compare_detections(expected(feeds), from_efficient(*(got[n] for n in outputs)),
                            report=report)
     return report

@@ -14,7 +14,8 @@ deprecated since 10.12), else ONNX NonMaxSuppression, which TensorRT >= 8.5 impo
 (INMSLayer). `form=efficient|onnx` overrides it.
 
 The graph outputs change (the raw head is replaced), so the manager's output comparison
-cannot judge the pass (`changes_outputs`); it checks itself: on three seeded inputs the new
+cannot judge the pass (`changes_outputs`); it checks itself: on the run's check input
+(`PassContext.samples`: --data, --input-value) and three seeded inputs the new
 model's detections (plugin nodes run as their reference forms) must match a plain numpy NMS
 of the raw head (`graphfix.nms.reference`) — every box matched at IoU >= 0.99 both ways,
 same classes, same count — or the pass changes nothing and says why.
@@ -29,7 +30,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from graphfix.graph.convert import runnable_model
-from graphfix.nms.compare import VERIFY_SEEDS, verify_rewrite
+from graphfix.nms.compare import verify_rewrite
 from graphfix.nms.efficient import NmsSpec, corners, emit_nms, onnx_threshold
 from graphfix.nms.heads import STYLES, RawHead, find_head
 from graphfix.nms.onnxops import MIN_OPSET, Emitter, clashes, insert
@@ -87,8 +88,7 @@ class AddNms(Pass):
         result.changed = True
         result.counts[f"added NMS ({form} form) to a {head.style} head"] += 1
         result.notes.append(Note(head.output, f"{head.describe()}; {why}"))
-        result.verified = f"detections equal a numpy NMS of the raw head on {len(VERIFY_SEEDS)} " \
-                          f"seeded inputs ({verdict})"
+        result.verified = f"detections equal a numpy NMS of the raw head ({verdict})"
         return result
 
 
@@ -163,7 +163,7 @@ def _append(graph: gs.Graph, head: RawHead, dec, k: int) -> None:
 
 def _verify(before: onnx.ModelProto, after: onnx.ModelProto, head: RawHead,
             opts: AddNmsOptions, ctx: PassContext) -> tuple[bool, str]:
-    """Whether the new model's detections equal numpy NMS of the raw head on every seeded
+    """Whether the new model's detections equal numpy NMS of the raw head on every checked
     input, and the comparison (or why the model could not run)."""
     def expected(feeds):
         raw = np.asarray(run_model(before, feeds)[head.output], np.float32)
@@ -172,7 +172,7 @@ def _verify(before: onnx.ModelProto, after: onnx.ModelProto, head: RawHead,
         return nms_batch(np_corners(x[..., :4]), scores, opts.max, opts.score, opts.iou)
 
     try:
-        report = verify_rewrite(before, after, OUTPUTS, expected, ctx.input_shapes)
+        report = verify_rewrite(before, after, OUTPUTS, expected, ctx.input_shapes, ctx.samples)
     except Exception as err:  # onnxruntime raises many types; all mean "cannot check"
         return False, f"the model cannot be run to check the NMS ({type(err).__name__}: {err})"
     return report.ok, report.describe()

@@ -19,9 +19,11 @@ import copy
 import dataclasses
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.errors import GraphfixError
@@ -72,12 +74,17 @@ class PassContext:
     prepares for (`graphfix.trt.TrtTarget`), None when none was given. `artifacts`
     holds side models a pass produces, by pass name (split-nms: the NMS part and its
     manifest); the API returns them and the CLI writes them beside the output.
+    `samples` are the inputs the run's output check uses (the first `--data` batch, or
+    seeded inputs with `--input-value`s fixed), empty with `--no-check`: a pass that
+    checks itself (split-nms, nms-to-plugin, add-nms) tests them first, then its own
+    seeded inputs, so what the user gave is what it proves.
     """
 
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     renamed: dict[str, str] = field(default_factory=dict)
     artifacts: dict[str, Any] = field(default_factory=dict)
     trt: Any = None  # the graphfix.trt.TrtTarget given with --trt, if any
+    samples: tuple[Mapping[str, np.ndarray], ...] = ()
     rewrites: RewriteBudget | None = None
     """Counts rewrites over the whole run and stops them at a limit (`--max-rewrites`,
     `--bisect`); None: every rewrite is allowed and nothing is counted."""

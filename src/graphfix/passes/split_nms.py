@@ -10,7 +10,8 @@ user code; `graphfix.nms.run_split` chains the two, and the CLI writes
 `<stem>.nms.onnx` and `<stem>.split.json` beside the backbone.
 
 The graph outputs change (they become the cut tensors), so the manager cannot compare
-them with the original's (`Pass.changes_outputs`): the pass checks itself, on `runs`
+them with the original's (`Pass.changes_outputs`): the pass checks itself, on the run's
+check input (`PassContext.samples`: the first --data batch, --input-value) and `runs`
 seeded inputs (`runtime.feeds.model_feeds`, seeds `seed`, `seed + 1`, ...), that
 backbone then post reproduces every original output — integers (labels, indices) and
 shapes (detection counts) exactly, floats within `runtime.compare`'s verdict — and
@@ -29,12 +30,12 @@ from graphfix.errors import GraphfixError, said
 from graphfix.graph import to_graph
 from graphfix.graph.convert import runnable_model
 from graphfix.nms.chain import SplitModel, run_split
+from graphfix.nms.compare import inputs_said, verify_inputs
 from graphfix.nms.parts import build_parts, tensor_info
 from graphfix.nms.split import plan_split
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
 from graphfix.runtime.compare import compare_outputs
 from graphfix.runtime.expose import infer_tensor_info
-from graphfix.runtime.feeds import graph_inputs, model_feeds, resolve_shapes
 from graphfix.runtime.outputs import run_checkable
 
 
@@ -85,7 +86,7 @@ class SplitNms(Pass):
             result.notes.append(Note("graph", f"cannot make inputs to verify the split: "
                                               f"{err.message}"))
             return result
-        parts = build_parts(model, plan, tensor_info(model), infer_tensor_info(model, feeds[0]))
+        parts = build_parts(model, plan, tensor_info(model), infer_tensor_info(model, feeds[0][1]))
         if isinstance(parts, str):
             result.notes.append(Note("graph", parts))
             return result
@@ -102,21 +103,21 @@ class SplitNms(Pass):
         result.counts["nodes moved to the NMS part"] = len(nms.graph.node)
         result.counts["cut tensors"] = len(manifest.cut)
         result.verified = (f"backbone + NMS part give the original outputs on "
-                           f"{len(feeds)} seeded input(s); {kept}")
+                           f"{inputs_said(feeds)}; {kept}")
         return result
 
-    def _feeds(self, model: onnx.ModelProto, ctx: PassContext) -> list[dict[str, np.ndarray]]:
-        shapes = resolve_shapes(graph_inputs(model), ctx.input_shapes)
-        return [model_feeds(model, shapes, self.options.seed + k)
-                for k in range(self.options.runs)]
+    def _feeds(self, model: onnx.ModelProto, ctx: PassContext
+               ) -> list[tuple[str, dict[str, np.ndarray]]]:
+        seeds = [self.options.seed + k for k in range(self.options.runs)]
+        return verify_inputs(model, ctx.input_shapes, ctx.samples, seeds)
 
 
-def _verify(model: onnx.ModelProto, split: SplitModel, feeds: list[dict[str, np.ndarray]]
-            ) -> tuple[str, str]:
+def _verify(model: onnx.ModelProto, split: SplitModel,
+            feeds: list[tuple[str, dict[str, np.ndarray]]]) -> tuple[str, str]:
     """(what differs or cannot run — "" when all holds, what the NMS kept per run)."""
     kept = []
     first_nms = next((n for n, f in split.manifest.outputs if f == "nms"), None)
-    for k, feed in enumerate(feeds):
+    for which, feed in feeds:
         try:
             reference = run_checkable(model, feed)
         except Exception as err:  # onnxruntime's many error types, NotCheckable
@@ -127,7 +128,7 @@ def _verify(model: onnx.ModelProto, split: SplitModel, feeds: list[dict[str, np.
             return f"onnxruntime cannot run the parts: {said(err)}", ""
         bad = [d for d in compare_outputs(reference, chained) if not d.ok]
         if bad:
-            return (f"on seeded input {k + 1}, the chained parts differ: "
+            return (f"on {which}, the chained parts differ: "
                     + "; ".join(d.describe() for d in bad)), ""
         if first_nms is not None:
             kept.append(str(np.shape(reference[first_nms])[0] if np.ndim(reference[first_nms])
