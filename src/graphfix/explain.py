@@ -105,6 +105,7 @@ def nms_pass(region, trt=None) -> str:
     """The NMS pass for a region at the target, with why."""
     from graphfix.nms.efficient import NMS_PLUGINS
     from graphfix.nms.regions import Kind, Where
+    from graphfix.nms.ssd import SSD_PLUGINS
     from graphfix.passes.nms_for_trt import choose
     from graphfix.trt import documented_versions, parse_target, plugin_for
 
@@ -112,7 +113,7 @@ def nms_pass(region, trt=None) -> str:
     if region.kind is Kind.PLUGIN:
         spec = plugin_for(region.op_type)
         status = spec.status_at(target) if spec is not None else "unknown"
-        if status != "available" and region.op_type in NMS_PLUGINS:
+        if status != "available" and region.op_type in NMS_PLUGINS + SSD_PLUGINS:
             return f"plugin-to-nms ({region.op_type} is {status} in {target.label()})"
         return f"none ({region.op_type} is {status} in {target.label()})"
     chosen, why = choose(target)

@@ -168,7 +168,7 @@ def plugin_attrs(node: onnx.NodeProto) -> dict[str, Any]:
     return {k: scalar(v) for k, v in attributes(node).items()}
 
 
-def _need(attrs: dict[str, Any], names: Sequence[str], plugin: str) -> None:
+def need_attributes(attrs: dict[str, Any], names: Sequence[str], plugin: str) -> None:
     if missing := [n for n in names if n not in attrs]:
         raise Unavailable(f"{plugin} needs the attributes {', '.join(missing)}")
 
@@ -179,7 +179,7 @@ EFFICIENT_REQUIRED = ("score_threshold", "iou_threshold", "max_output_boxes",
 
 def efficient_spec(attrs: dict[str, Any], n_inputs: int) -> NmsSpec:
     """NmsSpec of an EfficientNMS_TRT node's (scalar) attributes; Unavailable says why not."""
-    _need(attrs, EFFICIENT_REQUIRED, "EfficientNMS_TRT")
+    need_attributes(attrs, EFFICIENT_REQUIRED, "EfficientNMS_TRT")
     if n_inputs > 2:
         raise Unavailable("the fused box decoder (third input, anchors) is not reproduced")
     coding, k = int(attrs["box_coding"]), int(attrs["max_output_boxes"])
@@ -199,12 +199,12 @@ def efficient_spec(attrs: dict[str, Any], n_inputs: int) -> NmsSpec:
 def efficient_nms(node: onnx.NodeProto, opset: int) -> Decomposition:
     """EfficientNMS_TRT(boxes, scores) -> num_detections [B,1] int32, detection_boxes,
     detection_scores (the input's float type), detection_classes [B,K] int32."""
-    _check_opset(opset, node)
+    check_opset(opset, node)
     inputs = [i for i in node.input if i]
     spec = efficient_spec(plugin_attrs(node), len(inputs))
     if len(node.output) != 4:
         raise Unavailable(f"EfficientNMS_TRT has 4 outputs, this node {len(node.output)}")
-    em = _emitter(node, opset)
+    em = emitter_for(node, opset)
     t = emit_nms(em, inputs[0], inputs[1], spec)
     _finish(em, node, t, inputs, num_keepdims=True, class_type=INT32)
     return em.decomposition()
@@ -216,7 +216,7 @@ BATCHED_REQUIRED = ("shareLocation", "backgroundLabelId", "numClasses", "topK", 
 
 def batched_spec(attrs: dict[str, Any]) -> NmsSpec:
     """NmsSpec of a BatchedNMS(Dynamic)_TRT node; Unavailable for what is not reproduced."""
-    _need(attrs, BATCHED_REQUIRED, "BatchedNMS_TRT")
+    need_attributes(attrs, BATCHED_REQUIRED, "BatchedNMS_TRT")
     normalized = bool(attrs["isNormalized"])
     if not normalized and bool(attrs.get("caffeSemantics", 1)):
         raise Unavailable("isNormalized=0 with caffeSemantics=1 computes IoU with +1 on "
@@ -238,12 +238,12 @@ def batched_nms(node: onnx.NodeProto, opset: int) -> Decomposition:
     """BatchedNMS(Dynamic)_TRT(boxes [B,N,1|C,4], scores [B,N,C]) -> num_detections
     ([B] for BatchedNMS_TRT, [B,1] for the Dynamic one) int32, nmsed_boxes, nmsed_scores,
     nmsed_classes (float, -1 past the count)."""
-    _check_opset(opset, node)
+    check_opset(opset, node)
     inputs = [i for i in node.input if i]
     spec = batched_spec(plugin_attrs(node))
     if len(inputs) != 2 or len(node.output) != 4:
         raise Unavailable("BatchedNMS_TRT takes 2 inputs and has 4 outputs")
-    em = _emitter(node, opset)
+    em = emitter_for(node, opset)
     t = emit_nms(em, inputs[0], inputs[1], spec)
     dynamic = node.op_type == "BatchedNMSDynamic_TRT"
     _finish(em, node, t, inputs, num_keepdims=dynamic, class_type=FLOAT)
@@ -270,12 +270,12 @@ def _finish(em: Emitter, node: onnx.NodeProto, t: NmsTensors, inputs: list[str],
             em.op("Cast", [t.classes], classes, to=class_type)
 
 
-def _emitter(node: onnx.NodeProto, opset: int) -> Emitter:
+def emitter_for(node: onnx.NodeProto, opset: int) -> Emitter:
     prefix = next((o for o in node.output if o), node.name or "nms")
     return Emitter(prefix, opset, node.name or prefix)
 
 
-def _check_opset(opset: int, node: onnx.NodeProto) -> None:
+def check_opset(opset: int, node: onnx.NodeProto) -> None:
     if opset < MIN_OPSET:
         raise Unavailable(f"the decomposition of {node.op_type} needs ONNX opset "
                           f">= {MIN_OPSET} (the model has {opset})")

@@ -35,6 +35,15 @@ from graphfix.graph.protos import proto_label
 from graphfix.nms._flow import Flow, scalar
 from graphfix.nms._trace import Scope, Trace, trace_back, trace_tail
 from graphfix.nms.efficient import plugin_attrs
+from graphfix.nms.ssd import (
+    CENTER_SIZE,
+    CORNER,
+    CORNER_SIZE,
+    DEFAULT_CODE_TYPE,
+    DEFAULT_INPUT_ORDER,
+    SSD_PLUGINS,
+    TF_CENTER,
+)
 from graphfix.trt import is_nms_plugin
 
 _ONNX_DOMAINS = ("", "ai.onnx")
@@ -217,9 +226,9 @@ def _region(scope: Scope, i: int, kind: Kind) -> NmsRegion:
 def _box_score_inputs(node: onnx.NodeProto, attrs: dict[str, Any], kind: Kind
                       ) -> tuple[str, str]:
     inputs = list(node.input) + ["", ""]
-    if node.op_type in ("NMS_TRT", "NMSDynamic_TRT"):
-        order = attrs.get("inputOrder", [0, 1, 2])
-        order = list(order) if isinstance(order, (list, tuple)) else [0, 1, 2]
+    if node.op_type in SSD_PLUGINS:  # loc, conf = inputs[inputOrder[0]], [inputOrder[1]]
+        order = attrs.get("inputOrder", DEFAULT_INPUT_ORDER)
+        order = list(order) if isinstance(order, (list, tuple)) else list(DEFAULT_INPUT_ORDER)
         return inputs[order[0]] if len(order) > 1 else inputs[0], \
             inputs[order[1]] if len(order) > 1 else inputs[1]
     return inputs[0], inputs[1]
@@ -227,7 +236,7 @@ def _box_score_inputs(node: onnx.NodeProto, attrs: dict[str, Any], kind: Kind
 
 def _layout(kind: Kind, node: onnx.NodeProto, scores: Trace) -> Layout:
     if kind is Kind.PLUGIN:
-        return Layout.FLAT if node.op_type in ("NMS_TRT", "NMSDynamic_TRT") else Layout.BNC
+        return Layout.FLAT if node.op_type in SSD_PLUGINS else Layout.BNC
     if not scores.cut:
         return Layout.UNKNOWN
     if scores.transposed:
@@ -240,9 +249,11 @@ def _box_format(kind: Kind, node: onnx.NodeProto, attrs: dict[str, Any]) -> BoxF
         return BoxFormat.CENTER if attrs.get("center_point_box", 0) == 1 else BoxFormat.CORNER
     if node.op_type == "EfficientNMS_TRT":
         return BoxFormat.CENTER if attrs.get("box_coding", 0) == 1 else BoxFormat.CORNER
-    if node.op_type in ("NMS_TRT", "NMSDynamic_TRT"):
-        code = attrs.get("codeType", 1)
-        return {0: BoxFormat.CORNER, 1: BoxFormat.CENTER}.get(code, BoxFormat.OTHER)
+    if node.op_type in SSD_PLUGINS:  # loc encodes offsets from priors (CodeTypeSSD)
+        code = attrs.get("codeType", DEFAULT_CODE_TYPE)
+        return {CORNER: BoxFormat.CORNER, CORNER_SIZE: BoxFormat.CORNER,
+                CENTER_SIZE: BoxFormat.CENTER, TF_CENTER: BoxFormat.CENTER
+                }.get(code, BoxFormat.OTHER)
     return BoxFormat.CORNER  # BatchedNMS: [x1, y1, x2, y2]
 
 

@@ -3,14 +3,17 @@
     EfficientNMS_TRT(boxes, scores) -> (num [B,1], boxes [B,K,4], scores [B,K], classes [B,K])
       == NonMaxSuppression per (image, class) + ScatterND + TopK(K) + padding
     BatchedNMS(Dynamic)_TRT likewise (per-class topK first, classes as float, -1 padding)
+    NMS(Dynamic)_TRT(loc, conf, priors) -> (detections [B,1,keepTopK,7], keep_count [B,1,1,1])
+      == prior decoding by codeType + the BatchedNMS form + the SSD DetectionOutput rows
 
-The decomposition is `graphfix.nms.efficient` (also the plugins' reference form for the
-check): ONNX's strict thresholds are moved one float32 ulp down, so EfficientNMS's `>=`
-holds exactly. The result runs in onnxruntime and builds natively on TensorRT >= 11, where
-BatchedNMS*/NMS* are removed and EfficientNMS_TRT is deprecated (since 10.12). Scalar
-attributes exported as one-element lists (yolov6/yolov7's `box_coding = (1,)`) are read as
-scalars. Not handled, with a note: NMS_TRT (SSD DetectionOutput with prior decoding),
-EfficientNMS's anchors input, BatchedNMS's caffe IoU and box clipping, nodes in subgraphs.
+The decompositions are `graphfix.nms.efficient` and `graphfix.nms.ssd` (also the plugins'
+reference forms for the check): ONNX's strict thresholds are moved one float32 ulp
+down, so EfficientNMS's `>=` holds exactly. The result runs in onnxruntime and builds
+natively on TensorRT >= 11, where BatchedNMS*/NMS* are removed and EfficientNMS_TRT is
+deprecated (since 10.12). Scalar attributes exported as one-element lists
+(yolov6/yolov7's `box_coding = (1,)`) are read as scalars. Not handled, with a note:
+EfficientNMS's anchors input, BatchedNMS's caffe IoU and box clipping, NMS_TRT with
+isNormalized=0 (caffe IoU) and what else `nms.ssd` refuses, nodes in subgraphs.
 """
 
 from __future__ import annotations
@@ -20,25 +23,24 @@ from onnx import helper
 
 from graphfix.nms.efficient import NMS_PLUGINS, batched_nms, efficient_nms
 from graphfix.nms.onnxops import clashes, insert
+from graphfix.nms.ssd import SSD_PLUGINS, detection_output
 from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
 from graphfix.runtime.references import Unavailable
 
 _BUILD = {"EfficientNMS_TRT": efficient_nms, "BatchedNMS_TRT": batched_nms,
-          "BatchedNMSDynamic_TRT": batched_nms}
-_NOT_DONE = {"NMS_TRT": "NMS_TRT (SSD DetectionOutput with prior decoding) has no "
-                        "decomposition here", "NMSDynamic_TRT": "NMSDynamic_TRT (SSD "
-                        "DetectionOutput) has no decomposition here"}
+          "BatchedNMSDynamic_TRT": batched_nms,
+          **{op: detection_output for op in SSD_PLUGINS}}
 COUNT = "replaced NMS plugins by standard ONNX"
 
 
 class PluginToNms(Pass):
-    """Replaces EfficientNMS_TRT / BatchedNMS_TRT / BatchedNMSDynamic_TRT nodes of the main
-    graph by their standard-ONNX decomposition; every graph output keeps its name."""
+    """Replaces EfficientNMS_TRT / BatchedNMS(Dynamic)_TRT / NMS(Dynamic)_TRT nodes of the
+    main graph by their standard-ONNX decomposition; every graph output keeps its name."""
 
     name = "plugin-to-nms"
-    summary = ("Replace EfficientNMS_TRT / BatchedNMS(Dynamic)_TRT plugin nodes by standard "
-               "ONNX NonMaxSuppression + TopK with the same outputs (for onnxruntime and "
-               "TensorRT >= 11).")
+    summary = ("Replace EfficientNMS_TRT / BatchedNMS(Dynamic)_TRT / NMS(Dynamic)_TRT plugin "
+               "nodes by standard ONNX (prior decoding, NonMaxSuppression, TopK) with the "
+               "same outputs (for onnxruntime and TensorRT >= 11).")
     Options = NoOptions
     counts_rewrites = True
 
@@ -47,9 +49,6 @@ class PluginToNms(Pass):
         opset = graph.opset or 11
         for node in list(graph.nodes):
             label = f"{node.op} '{node.name}'"
-            if node.op in _NOT_DONE:
-                result.notes.append(Note(label, _NOT_DONE[node.op]))
-                continue
             if node.op not in _BUILD:
                 continue
             proto = helper.make_node(node.op, [t.name for t in node.inputs],
@@ -74,5 +73,6 @@ class PluginToNms(Pass):
             result.counts[COUNT] += 1
             result.changed = True
         if not result.changed and not result.notes:
-            result.notes.append(Note("graph", "no " + " / ".join(NMS_PLUGINS) + " node"))
+            result.notes.append(Note("graph", "no " + " / ".join(NMS_PLUGINS + SSD_PLUGINS)
+                                     + " node"))
         return result

@@ -242,7 +242,7 @@ _BUILTIN: tuple[Registration, ...] = (
 )
 # Packages above runtime/ that hold reference forms, each exposing `REFERENCES: tuple[
 # Registration, ...]`; imported by name on the first lookup (runtime/ imports none of them).
-_PROVIDERS: tuple[str, ...] = ("graphfix.nms.efficient",)
+_PROVIDERS: tuple[str, ...] = ("graphfix.nms.efficient", "graphfix.nms.ssd")
 _DEFAULT = References(_BUILTIN)
 _providers_loaded = False
 
