@@ -107,26 +107,22 @@ def find_offset(nms: gs.Node, info: Info) -> ClassOffset | str:
 
 
 def _offset_mul(tensor: gs.Tensor) -> gs.Node | None:
-    for _ in range(8):
-        producer = tensor.inputs[0] if tensor.inputs else None
-        if producer is None:
-            return None
-        if producer.op == "Mul":
-            return producer
-        if producer.op not in _OFFSET_CHAIN:
-            return None
-        tensor = producer.inputs[0]
-    return None
+    return _behind(tensor, "Mul", _OFFSET_CHAIN)
 
 
 def _argmax_behind(tensor: gs.Tensor) -> gs.Node | None:
+    return _behind(tensor, "ArgMax", _LABEL_CHAIN)
+
+
+def _behind(tensor: gs.Tensor, op: str, chain: tuple[str, ...]) -> gs.Node | None:
+    """The `op` node that produces `tensor` through at most 8 nodes of `chain`, else None."""
     for _ in range(8):
         producer = tensor.inputs[0] if tensor.inputs else None
         if producer is None:
             return None
-        if producer.op == "ArgMax":
+        if producer.op == op:
             return producer
-        if producer.op not in _LABEL_CHAIN:
+        if producer.op not in chain:
             return None
         tensor = producer.inputs[0]
     return None
