@@ -83,3 +83,21 @@ def test_each_finding_describes_its_traced_region(shared_model):
     assert "max_output_boxes_per_class: INT64_MAX; iou_threshold: 0.55" in f.message
     assert "traced through class offset, Concat, score filter, TopK; tail 20 nodes" in f.message
     assert f.tensors == ("/Reshape_output_0", "/Split_1_output_0")
+
+
+def test_the_fix_names_only_passes_that_can_apply():
+    """Before 8.5 a main-graph NMS can become EfficientNMS_TRT (nms-to-plugin); split-nms
+    is named only where the region trace found a place to cut."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "nms"))
+    import detectors as d
+
+    f = one(d.top_level(), "8.4", "nms-strategy", only=["nms"])
+    assert f.fix.startswith("nms-to-plugin (EfficientNMS_TRT instead), or split-nms")
+    f = one(d.in_if(), "8.4", "nms-strategy", only=["nms"])
+    assert f.fix.startswith("split-nms") and "nms-to-plugin" not in f.fix
+    for trt in ("8.4", "10.8"):  # boxes from a Loop that does not hold the NMS: no cut
+        f = one(d.boxes_from_loop(), trt, "nms-strategy", only=["nms"])
+        assert "split-nms cannot cut before it" in f.message and "split-nms (" not in f.fix

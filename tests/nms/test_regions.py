@@ -4,7 +4,9 @@ import detectors as d
 import onnx
 import pytest
 
+import graphfix
 from graphfix.nms.regions import BoxFormat, Kind, Layout, Where, find_regions
+from graphfix.report import APPLIED
 
 
 def only(model):
@@ -91,7 +93,10 @@ def test_unused_nms_says_its_result_reaches_no_output():
     assert not r.reaches_output and r.reasons == ("its result reaches no graph output",)
 
 
-def test_unrecognised_step_on_a_dirty_path_is_a_reason():
+def test_other_ops_on_a_dirty_path_are_steps_walked_through():
+    """Decoding/normalising after a data-dependent op (torchvision's clamp after TopK,
+    Ultralytics' normalised offsets) is post-processing: the walk goes on to where the
+    data-dependence starts, names the ops as steps, and split-nms cuts there."""
     model = d.top_level()
     nodes = list(model.graph.node)
     nms = next(n for n in nodes if n.op_type == "NonMaxSuppression")
@@ -105,9 +110,14 @@ def test_unrecognised_step_on_a_dirty_path_is_a_reason():
     index = nodes.index(nms)
     model.graph.ClearField("node")
     model.graph.node.extend(nodes[:index] + extra + nodes[index:])
-    (reason,) = only(model).reasons
-    assert reason == ("the boxes path goes through Mul 'scaled', which is not a "
-                      "recognised pre-NMS step")
+    r = only(model)
+    assert r.reasons == () and r.splittable
+    assert r.boxes == ("boxes", "keep_mask")  # the clean tensors the dirty path starts from
+    assert {"Mul", "Size", "NonZero"} <= set(r.steps)
+    record = graphfix.run(model, "split-nms").report.passes[0]
+    assert record.status == APPLIED and "verified by the pass" in record.check, record.notes
+    plugin = graphfix.run(model, "nms-to-plugin", trt="8.4").report.passes[0]
+    assert plugin.status != APPLIED and "Mul" in " ".join(plugin.notes)
 
 
 @pytest.mark.parametrize("domain", ["TRT", ""])

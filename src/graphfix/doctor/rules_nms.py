@@ -39,23 +39,25 @@ _INT32_MAX = np.iinfo(np.int32).max
 def nms(view: ModelView, target: TrtTarget) -> Iterable[Finding]:
     regions = None
     for ref in view.nodes:
-        if ref.standard and ref.op == "NonMaxSuppression":
-            finding = _onnx_nms(view, ref, target)
-        elif is_nms_plugin(ref.op):
-            finding = _plugin_nms(ref, target)
-        else:
+        onnx_nms = ref.standard and ref.op == "NonMaxSuppression"
+        if not onnx_nms and not is_nms_plugin(ref.op):
             continue
         if regions is None:
             from graphfix.nms.regions import find_regions
 
             regions = {out: r for r in find_regions(view.model) for out in r.outputs if out}
         region = next((regions[o] for o in ref.node.output if o in regions), None)
+        splittable = region is None or region.splittable
+        finding = _onnx_nms(view, ref, target, splittable) if onnx_nms else \
+            _plugin_nms(ref, target)
         yield finding if region is None else dataclasses.replace(
             finding, message=f"{finding.message}. Region: {region.describe()}",
             tensors=(*region.boxes, *region.scores))
 
 
-def _onnx_nms(view: ModelView, ref: NodeRef, target: TrtTarget) -> Finding:
+def _onnx_nms(view: ModelView, ref: NodeRef, target: TrtTarget, splittable: bool) -> Finding:
+    """`splittable`: whether split-nms can cut before it (else the fix does not name it)."""
+    split = [("split-nms", "build only the backbone in TensorRT")] if splittable else []
     notes = _parser_notes()
     where = " (inside a subgraph: TensorRT builds the If/Loop around it too)" if ref.path else ""
     if not target.at_least(native_nms_from()):
@@ -64,8 +66,8 @@ def _onnx_nms(view: ModelView, ref: NodeRef, target: TrtTarget) -> Finding:
             f"TensorRT {target.effective} imports NonMaxSuppression as the experimental "
             f"EfficientNMS_ONNX_TRT plugin{where}",
             nodes=(ref.label,), fact=f"parser notes 8.0-8.4: {notes.get('8.0-8.4', '')}",
-            fix=_fix([("split-nms", "build the backbone in TensorRT, run NMS outside it")],
-                     "use TensorRT 8.5+ (native NMS layer)"), op=ref.op)
+            fix=_fix([*([("nms-to-plugin", "EfficientNMS_TRT instead")] if not ref.path else []),
+                      *split], "use TensorRT 8.5+ (native NMS layer)"), op=ref.op)
     cap = _cap(view, ref)
     unbounded = cap is None or cap > _INT32_MAX
     text = (f"TensorRT {target.effective} builds NonMaxSuppression natively (INMSLayer): a "
@@ -77,8 +79,7 @@ def _onnx_nms(view: ModelView, ref: NodeRef, target: TrtTarget) -> Finding:
     return Finding(
         "nms-strategy", WARN if unbounded else INFO, text, nodes=(ref.label,),
         fact=f"parser notes 8.5+: {notes.get('8.5+', '')}",
-        fix=_fix([("bound-nms", "a constant per-class cap"),
-                  ("split-nms", "build only the backbone in TensorRT")]), op=ref.op)
+        fix=_fix([("bound-nms", "a constant per-class cap"), *split]), op=ref.op)
 
 
 def _plugin_nms(ref: NodeRef, target: TrtTarget) -> Finding:

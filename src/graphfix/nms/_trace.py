@@ -10,7 +10,10 @@ goes on while the tensor is dirty (`_flow`: computed after a data-dependent node
 defined in a body) and, on clean tensors, only through layout ops and a Gather or
 Reshape with constant indices/shape; it stops at the first clean tensor produced
 otherwise: that is the cut.
-An op it does not recognise on a dirty tensor stops it with a reason.
+Any other op on a dirty tensor (decoding, clipping, normalising) is walked through on all
+its inputs and recorded as a step under its op type, so split-nms cuts where the
+data-dependence starts and nms-to-plugin, which accepts no step but the class offset,
+refuses it with the op named.
 """
 
 from __future__ import annotations
@@ -125,10 +128,11 @@ def _visit(scope: Scope, name: str, role: str, trace: Trace) -> list[str]:
     if op in ("Add", "Sub") and (k := _offset_operand(scope, node)) is not None:
         trace.step(CLASS_OFFSET)
         return [node.input[1 - k]]
-    trace.problems.append(f"the {role} path goes through {scope.label(level, i)}, which is "
-                          "not a recognised pre-NMS step")
-    trace.cut.append(name)
-    return []
+    # Any other op on a dirty tensor is post-processing too (box decoding and clipping
+    # after TopK in torchvision, Ultralytics' normalised offsets): the walk goes on through
+    # all its inputs, so the cut is where the data-dependence starts; the op is a step.
+    trace.step(op)
+    return [n for n in node.input if n]
 
 
 def _clean_step(flow: Flow, node: onnx.NodeProto) -> bool:
