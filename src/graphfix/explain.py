@@ -103,17 +103,16 @@ def explain_nms(model: onnx.ModelProto, trt=None) -> list[dict]:
 
 def nms_pass(region, trt=None) -> str:
     """The NMS pass for a region at the target, with why."""
-    from graphfix.nms.efficient import NMS_PLUGINS
     from graphfix.nms.regions import Kind, Where
-    from graphfix.nms.ssd import SSD_PLUGINS
     from graphfix.passes.nms_for_trt import choose
+    from graphfix.passes.plugin_to_nms import CONVERTS
     from graphfix.trt import documented_versions, parse_target, plugin_for
 
     target = trt or parse_target(documented_versions()[-1])
     if region.kind is Kind.PLUGIN:
         spec = plugin_for(region.op_type)
         status = spec.status_at(target) if spec is not None else "unknown"
-        if status != "available" and region.op_type in NMS_PLUGINS + SSD_PLUGINS:
+        if status != "available" and region.op_type in CONVERTS:
             return f"plugin-to-nms ({region.op_type} is {status} in {target.label()})"
         return f"none ({region.op_type} is {status} in {target.label()})"
     chosen, why = choose(target)

@@ -15,10 +15,9 @@ EfficientNMS_TRT does per-class NMS on [B,N,C] scores, so it gets
 
 Only the label's column holds the score; the others hold the lowest finite value of the
 score type, which no score threshold keeps (nms-to-plugin raises "no threshold" to one
-float32 ulp above it). The
-labels are reshaped to the scores' [B,N,1], which assumes they are in (image, box) order,
-as an elementwise offset on the boxes implies; the pass's detection check catches a model
-where that does not hold.
+float32 ulp above it). The labels are reshaped to the scores' [B,N,1], which assumes they
+are in (image, box) order, as an elementwise offset on the boxes implies; the pass's
+detection check catches a model where that does not hold.
 
 Recognised: an Add (or a Sub with the offset second) on the NMS's boxes path, reached
 through layout ops; an offset that is a Mul reached through Unsqueeze/Cast/Expand/Reshape/
@@ -89,10 +88,10 @@ def find_offset(nms: gs.Node, info: Info) -> ClassOffset | str:
         layout.append(producer)
         tensor = producer.inputs[0]
     add = producer
-    sides = [k for k in (0, 1) if _offset_mul(add.inputs[k]) is not None]
-    if len(sides) != 1 or (add.op == "Sub" and sides != [1]):
+    muls = [(k, m) for k in (0, 1) if (m := _offset_mul(add.inputs[k])) is not None]
+    if len(muls) != 1 or (add.op == "Sub" and muls[0][0] != 1):
         return f"{add.op} '{add.name}' does not add one class offset (a Mul) to the boxes"
-    mul = _offset_mul(add.inputs[sides[0]])
+    side, mul = muls[0]
     found = [a for a in (_argmax_behind(t) for t in mul.inputs) if a is not None]
     if len(found) != 1:
         return (f"the class offset Mul '{mul.name}' does not multiply one ArgMax's labels "
@@ -101,7 +100,7 @@ def find_offset(nms: gs.Node, info: Info) -> ClassOffset | str:
     classes = _class_count(argmax, shape_of(argmax.inputs[0], info))
     if isinstance(classes, str):
         return classes
-    return ClassOffset(add.inputs[1 - sides[0]].name,
+    return ClassOffset(add.inputs[1 - side].name,
                        tuple(n.outputs[0].name for n in reversed(layout)),
                        argmax.outputs[0].name, classes)
 
@@ -137,9 +136,10 @@ def _class_count(argmax: gs.Node, shape: list | None) -> int | str:
     return int(shape[axis])
 
 
-def per_class_inputs(graph: gs.Graph, offset: ClassOffset, nms_scores: gs.Tensor
+def per_class_inputs(graph: gs.Graph, offset: ClassOffset, scores: gs.Tensor
                      ) -> tuple[gs.Tensor, gs.Tensor]:
-    """Add the nodes of the module docstring: (boxes [B,N,4], scores [B,N,C])."""
+    """Add the nodes of the module docstring: (boxes [B,N,4], scores [B,N,C]) of the NMS's
+    one-class `scores` in [B,N,1] (nms-to-plugin's Transpose of its [B,1,N])."""
     tensors = graph.tensors()
     taken = names_in_use(graph)
     node_names = {n.name for n in graph.nodes}
@@ -158,13 +158,6 @@ def per_class_inputs(graph: gs.Graph, offset: ClassOffset, nms_scores: gs.Tensor
         node = tensors[made].inputs[0]
         boxes = add(node.op, [boxes, *node.inputs[1:]], dict(node.attrs), node.outputs[0].dtype,
                     "plain_boxes")
-    scores = nms_scores
-    producer = scores.inputs[0] if scores.inputs else None
-    if producer is not None and producer.op == "Transpose" and \
-            list(producer.attrs.get("perm", [])) == [0, 2, 1]:
-        scores = producer.inputs[0]
-    else:
-        scores = add("Transpose", [scores], {"perm": [0, 2, 1]}, scores.dtype, "scores_bn1")
     labels = add("Cast", [tensors[offset.labels]], {"to": onnx.TensorProto.INT32}, np.int32,
                  "labels32")
     labels = add("Reshape", [labels, add("Shape", [scores], dtype=np.int64)], dtype=np.int32,

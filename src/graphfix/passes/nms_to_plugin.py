@@ -98,7 +98,7 @@ class Plan:
     node_name: str
     nms_outputs: tuple[str, ...]
     boxes: str  # the NMS's boxes input [B,N,4]
-    scores: str  # [B,N,C] if not transpose, else the NMS's [B,C,N] input
+    scores: str  # [B,N,C] ([B,N,1] with a class offset) if not transpose, else the NMS's input
     transpose: bool
     nms_scores: str  # the NMS's own scores input [B,C,N], for reading the original
     drop: tuple[str, ...]  # graph outputs the tail makes
@@ -123,7 +123,8 @@ class NmsToPlugin(Pass):
     name = "nms-to-plugin"
     summary = ("ONNX NonMaxSuppression + its gather tail -> EfficientNMS_TRT (for TensorRT "
                "< 8.5); outputs num_detections/detection_boxes/detection_scores/"
-               "detection_classes; option max=100 (per image); checks its detections.")
+               "detection_classes; option max (per image; default 100, or ONNX's cap for a "
+               "class-offset NMS); checks its detections.")
     Options = NmsToPluginOptions
     counts_rewrites = True
     changes_outputs = True
@@ -144,7 +145,7 @@ class NmsToPlugin(Pass):
                 "with one (their outputs would share EfficientNMS_TRT's names)")))
             return result
         region = regions[0]
-        plan = plan_region(graph, region, self.options.max)
+        plan = plan_region(graph, before, region, self.options.max)
         if isinstance(plan, str):
             result.notes.append(Note(region.label, plan))
             return result
@@ -183,9 +184,11 @@ def deprecation(target) -> str:
             "TensorRT >= 8.5 imports ONNX NonMaxSuppression natively: bound-nms)")
 
 
-def plan_region(graph: gs.Graph, region: NmsRegion, k: int) -> Plan | str:
+def plan_region(graph: gs.Graph, model: onnx.ModelProto, region: NmsRegion, k: int
+                ) -> Plan | str:
     """The rewrite of `region` with `k` detections per image (0: the default of
-    NmsToPluginOptions), or why it cannot be done."""
+    NmsToPluginOptions), or why it cannot be done; `model` is `graph` exported (for shape
+    inference)."""
     if region.where is not Where.MAIN:
         return (f"the NMS sits in an If/Loop/Scan body ({region.where.value}): nms-to-plugin "
                 "replaces only a main-graph NMS and its tail; use split-nms to run the "
@@ -199,7 +202,7 @@ def plan_region(graph: gs.Graph, region: NmsRegion, k: int) -> Plan | str:
     nms = tensors[region.outputs[0]].inputs[0]
     offset, info = None, {}
     if CLASS_OFFSET in region.steps:
-        info = tensor_info(runnable_model(graph))
+        info = tensor_info(model)
         offset = find_offset(nms, info)
         if isinstance(offset, str):
             return f"its boxes use the class-offset trick, not undone here: {offset}"
@@ -295,13 +298,13 @@ def rewrite(graph: gs.Graph, plan: Plan) -> None:
     """Add the EfficientNMS_TRT node, make its outputs the graph's, drop the tail's."""
     tensors = graph.tensors()
     boxes, scores = tensors[plan.boxes], tensors[plan.scores]
-    if plan.offset is not None:
-        boxes, scores = per_class_inputs(graph, plan.offset, tensors[plan.nms_scores])
-    elif plan.transpose:
+    if plan.transpose:
         bnc = gs.Variable(fresh_name(f"{plan.scores}_bnc", names_in_use(graph)), scores.dtype)
         graph.nodes.append(gs.Node("Transpose", f"{plan.scores}_bnc", {"perm": [0, 2, 1]},
                                    [scores], [bnc]))
         scores = bnc
+    if plan.offset is not None:  # scores is the one class's [B,N,1]
+        boxes, scores = per_class_inputs(graph, plan.offset, scores)
     batch = boxes.shape[0] if boxes.shape else "batch"
     k = plan.attrs["max_output_boxes"]
     kinds = ((np.int32, [batch, 1]), (boxes.dtype or np.float32, [batch, k, 4]),

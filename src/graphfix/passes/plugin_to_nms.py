@@ -21,7 +21,7 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 from onnx import helper
 
-from graphfix.nms.efficient import NMS_PLUGINS, batched_nms, efficient_nms
+from graphfix.nms.efficient import batched_nms, efficient_nms
 from graphfix.nms.onnxops import clashes, insert
 from graphfix.nms.ssd import SSD_PLUGINS, detection_output
 from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
@@ -30,6 +30,7 @@ from graphfix.runtime.references import Unavailable
 _BUILD = {"EfficientNMS_TRT": efficient_nms, "BatchedNMS_TRT": batched_nms,
           "BatchedNMSDynamic_TRT": batched_nms,
           **{op: detection_output for op in SSD_PLUGINS}}
+CONVERTS = tuple(_BUILD)  # the plugin op types this pass replaces
 COUNT = "replaced NMS plugins by standard ONNX"
 
 
@@ -73,6 +74,5 @@ class PluginToNms(Pass):
             result.counts[COUNT] += 1
             result.changed = True
         if not result.changed and not result.notes:
-            result.notes.append(Note("graph", "no " + " / ".join(NMS_PLUGINS + SSD_PLUGINS)
-                                     + " node"))
+            result.notes.append(Note("graph", "no " + " / ".join(CONVERTS) + " node"))
         return result
