@@ -133,7 +133,7 @@ def test_single_npz_errors_list_the_keys(tmp_path):
         open_data(tmp_path / "d.npz", TWO, data_key="calib")
 
 
-def test_single_npy_is_memory_mapped(tmp_path):
+def test_single_npy_is_read_in_rows_as_plain_arrays(tmp_path):
     samples = _samples(5)
     np.save(tmp_path / "x.npy", samples)
     data = open_data(tmp_path / "x.npy", ONE, batch_size=2)

@@ -33,7 +33,8 @@ Header = tuple[tuple[int, ...], np.dtype]  # (shape, dtype) of one array, read o
 
 @dataclass(frozen=True)
 class Block:
-    """What one block of data holds: where it is, its rows, each input's sample shape."""
+    """What one block of data holds: where it is, its rows, each input's sample shape.
+    A single file read in parts gives several blocks with the file's `where`."""
 
     where: str
     rows: int

@@ -1,11 +1,21 @@
 """Where calibration arrays come from: .npy/.npz files and data-loader scripts.
 
 Files are checked from their headers alone before any array is read (a .npy header;
-for an .npz, the header of every zip member), so a bad 150th file fails at once.
-Arrays are read one file at a time, always with allow_pickle=False. A single .npz
-file is the exception to "one file at a time, small": numpy reads a whole member
-array at once, so the chosen arrays are held in memory during a pass. A single .npy
-file is memory-mapped, so only the rows of the current batch are read.
+for an .npz, the header of every zip member), and each array must be as long as its
+header says, so a bad or cut-short 150th file fails at once. Arrays are never
+unpickled.
+
+A folder's files are read one file at a time (numpy.load, a whole file per block).
+A single .npy or .npz file is streamed instead: it is cut into blocks of about
+CHUNK_BYTES of rows, each read from the file when used, so memory does not grow with
+the number of samples. Rows are read straight from a .npy and through zipfile from
+an .npz member, stored (numpy.savez) or deflated (numpy.savez_compressed) alike; the
+arrays of a multi-input .npz are read side by side, block by block. A pass that
+starts later (the held-apart tail of `split`) seeks past the earlier rows of a .npy,
+and reads and drops them from a zip member (the only way forward in compressed data),
+_SKIP_BYTES at a time. The exception: an array saved in Fortran order does not keep
+a sample's values together, so it is read whole once per pass and held during it,
+which costs the array's size in memory.
 
 A data-loader script is `file.py:function` (function `load_data` by default). The
 file is imported once; the function is called again for every pass over the data
@@ -15,24 +25,44 @@ and must give the same feed dicts, in the same order, every time.
 from __future__ import annotations
 
 import importlib.util
+import math
+import os
 import sys
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 
-from graphfix.errors import GraphfixError
-from graphfix.runtime._blocks import Block, FeedChecker, Header, pickled
+from graphfix.errors import GraphfixError, said
+from graphfix.runtime._blocks import Block, FeedChecker, Header, pickled, show_shape
 
+CHUNK_BYTES = 4 << 20  # a single .npy/.npz is read in blocks of rows of about this size
+_SKIP_BYTES = 1 << 20  # zip data before a pass's first row is read and dropped this much at once
 _FORMAT = np.lib.format
-_HEADER_READERS = {(1, 0): _FORMAT.read_array_header_1_0, (2, 0): _FORMAT.read_array_header_2_0}
+# Version 3.0 differs from 2.0 only in decoding the header text as utf8, not latin1; the
+# two agree on every header of a numeric array (only structured dtypes' field names differ).
+_HEADER_READERS = {(1, 0): _FORMAT.read_array_header_1_0, (2, 0): _FORMAT.read_array_header_2_0,
+                   (3, 0): _FORMAT.read_array_header_2_0}
 _PICKLE_START = b"\x80"  # pickle protocol 2 and later
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError)
 
 
-def npy_header(fp, where: str) -> Header:
-    """(shape, dtype) from the header of a .npy stream; refuses pickles."""
+class _Array(NamedTuple):
+    """One array of a .npy/.npz file, from its header."""
+
+    member: str | None  # its zip member's name; None: the file is a .npy
+    header: Header
+    fortran: bool  # saved in Fortran order
+    offset: int  # where its data starts in the .npy stream
+
+
+def _npy_array(fp: IO[bytes], where: str, size: int, member: str | None = None) -> _Array:
+    """The header of a .npy stream of `size` bytes; refuses pickles and short data."""
     start = fp.read(1)
     if start == _PICKLE_START:
         raise pickled(where)
@@ -41,13 +71,22 @@ def npy_header(fp, where: str) -> Header:
         reader = _HEADER_READERS.get(version)
         if reader is None:
             raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
-        shape, _, dtype = reader(fp)
+        shape, fortran, dtype = reader(fp)
     except ValueError as err:
         raise GraphfixError(f"Cannot read '{where}' as a .npy array", f"numpy says: {err}",
                             "save the array with numpy.save") from None
     if dtype.hasobject:
         raise pickled(where)
-    return tuple(shape), dtype
+    offset = fp.tell()
+    need = math.prod(shape) * dtype.itemsize
+    if size - offset < need:
+        raise GraphfixError(
+            f"'{where}' is cut short",
+            f"its header says {show_shape(shape)} {dtype} ({need} bytes), but only "
+            f"{size - offset} bytes follow it",
+            "the file is damaged or was not fully written: save it again",
+        )
+    return _Array(member, (tuple(shape), dtype), bool(fortran) and len(shape) > 1, offset)
 
 
 class _Prefixed:
@@ -61,19 +100,30 @@ class _Prefixed:
         return head + self.fp.read(n - len(head))
 
 
-def npz_headers(path: Path, where: str) -> dict[str, Header]:
-    """{key: (shape, dtype)} of every array in an .npz, read from the zip member headers."""
+def _npy_file(path: Path, where: str) -> _Array:
+    with open(path, "rb") as fp:
+        return _npy_array(fp, where, os.fstat(fp.fileno()).st_size)
+
+
+def _npz_arrays(path: Path, where: str) -> dict[str, _Array]:
+    """{key: array} of every array in an .npz, read from the zip member headers."""
     try:
         with zipfile.ZipFile(path) as archive:
             out = {}
             for info in archive.infolist():
                 key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
                 with archive.open(info) as fp:
-                    out[key] = npy_header(fp, f"{where}['{key}']")
+                    out[key] = _npy_array(fp, f"{where}['{key}']", info.file_size,
+                                          info.filename)
             return out
-    except (zipfile.BadZipFile, OSError, EOFError) as err:
-        raise GraphfixError(f"Cannot read '{where}' as an .npz file", f"{err}",
+    except _ZIP_ERRORS as err:
+        raise GraphfixError(f"Cannot read '{where}' as an .npz file", said(err),
                             "save the arrays with numpy.savez(path, **arrays)") from None
+
+
+def npz_headers(path: Path, where: str) -> dict[str, Header]:
+    """{key: (shape, dtype)} of every array in an .npz, read from the zip member headers."""
+    return {key: array.header for key, array in _npz_arrays(path, where).items()}
 
 
 def _read_npz(path: Path, keys: Mapping[str, str]) -> dict[str, np.ndarray]:
@@ -97,6 +147,108 @@ class FileSource:
             yield block.where, self._reader(path)
 
 
+class RowStream:
+    """Blocks of rows of one .npy/.npz file, read in order when used: at most one
+    block of every array in memory (Fortran-order arrays aside, see the module
+    docstring). `arrays` are in the model's input order, as `block` is."""
+
+    def __init__(self, label: str, path: Path, arrays: dict[str, _Array], block: Block
+                 ) -> None:
+        self.label = label
+        self._path, self._arrays, self._where = path, arrays, block.where
+        # An array with one dim fewer than the stack is one sample (its rows are not samples).
+        self._stacked = {name: len(array.header[0]) == len(shape) + 1
+                         for (name, array), shape in zip(arrays.items(), block.shapes,
+                                                         strict=True)}
+        row_bytes = sum(math.prod(a.header[0][1:]) * a.header[1].itemsize
+                        for name, a in arrays.items() if self._stacked[name])
+        self._rows = max(1, CHUNK_BYTES // max(row_bytes, 1))
+        self.blocks = [replace(block, rows=min(self._rows, block.rows - row))
+                       for row in range(0, block.rows, self._rows)]
+
+    def read(self, first: int = 0) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        with ExitStack() as stack:
+            readers = {name: _Rows(fp, self._arrays[name], self._stacked[name],
+                                   first * self._rows, self._name(self._arrays[name]))
+                       for name, fp in self._open(stack).items()}
+            for block in self.blocks[first:]:
+                yield self._where, {name: r.take(block.rows) for name, r in readers.items()}
+
+    def _name(self, array: _Array) -> str:
+        return self._where if array.member is None else (
+            f"{self._path}['{array.member.removesuffix('.npy')}']")
+
+    def _open(self, stack: ExitStack) -> dict[str, IO[bytes]]:
+        """{input name: a stream of its .npy}, each at its start."""
+        if None in (a.member for a in self._arrays.values()):  # a .npy: one array
+            return {name: stack.enter_context(open(self._path, "rb")) for name in self._arrays}
+        try:
+            archive = stack.enter_context(zipfile.ZipFile(self._path))
+            return {name: stack.enter_context(archive.open(a.member))
+                    for name, a in self._arrays.items()}
+        except _ZIP_ERRORS as err:
+            raise _damaged(self._where, said(err)) from None
+
+
+class _Rows:
+    """The rows of one array from `start` on, read in order from a stream of its .npy."""
+
+    def __init__(self, fp: IO[bytes], array: _Array, stacked: bool, start: int,
+                 where: str) -> None:
+        self._fp, self._where, self._stacked = fp, where, stacked
+        (self._shape, self._dtype), self._fortran = array.header, array.fortran
+        self._held = None  # a Fortran-order stack, read whole
+        _skip(fp, array.offset, where)
+        if stacked and array.fortran:
+            self._held = self._read(self._shape, fortran=True)[start:]
+        elif stacked:
+            _skip(fp, start * math.prod(self._shape[1:]) * self._dtype.itemsize, where)
+
+    def take(self, rows: int) -> np.ndarray:
+        """The next `rows` rows (the whole array when it is one sample)."""
+        if not self._stacked:
+            return self._read(self._shape, self._fortran)
+        if self._held is not None:
+            part, self._held = self._held[:rows], self._held[rows:]
+            return np.ascontiguousarray(part)
+        return self._read((rows, *self._shape[1:]), fortran=False)
+
+    def _read(self, shape: tuple[int, ...], fortran: bool) -> np.ndarray:
+        """The next array of `shape` in the stream (Fortran order is stored transposed)."""
+        out = np.empty(shape[::-1] if fortran else shape, self._dtype)
+        buffer, done = out.reshape(-1).view(np.uint8), 0
+        try:
+            while done < buffer.size:
+                got = self._fp.readinto(buffer[done:])
+                if not got:
+                    raise _damaged(self._where, f"it ends {buffer.size - done} bytes early")
+                done += got
+        except _ZIP_ERRORS as err:
+            raise _damaged(self._where, said(err)) from None
+        return out.T if fortran else out
+
+
+def _skip(fp: IO[bytes], count: int, where: str) -> None:
+    """Moves `count` bytes on: a seek in a file, reads dropped in a zip member."""
+    if not isinstance(fp, zipfile.ZipExtFile):
+        fp.seek(count, os.SEEK_CUR)
+        return
+    try:
+        while count > 0:
+            got = len(fp.read(min(count, _SKIP_BYTES)))
+            if not got:
+                raise _damaged(where, "it ends early")
+            count -= got
+    except _ZIP_ERRORS as err:
+        raise _damaged(where, said(err)) from None
+
+
+def _damaged(where: str, why: str) -> GraphfixError:
+    return GraphfixError(f"Cannot read the samples in '{where}'", why,
+                         "the file is damaged or changed after it was checked: save it "
+                         "again (numpy.save / numpy.savez) and rerun")
+
+
 def array_folder(folder: Path, paths: list[Path], checker: FeedChecker) -> FileSource:
     """A folder of .npy files (single-input models) or .npz files (name -> array)."""
     suffix = paths[0].suffix.lower()
@@ -113,8 +265,7 @@ def array_folder(folder: Path, paths: list[Path], checker: FeedChecker) -> FileS
     for path in paths:
         where = str(path)
         if suffix == ".npy":
-            with open(path, "rb") as fp:
-                headers = {names[0]: npy_header(fp, where)}
+            headers = {names[0]: _npy_file(path, where).header}
         else:
             headers = npz_headers(path, where)
         blocks.append(checker.check(where, headers))
@@ -128,16 +279,16 @@ def array_folder(folder: Path, paths: list[Path], checker: FeedChecker) -> FileS
     return FileSource(label, paths, blocks, reader)
 
 
-def single_npz(path: Path, checker: FeedChecker, data_key: str | None) -> FileSource:
-    """One .npz whose arrays stack samples along axis 0 (the chosen arrays are read whole)."""
-    headers = npz_headers(path, str(path))
+def single_npz(path: Path, checker: FeedChecker, data_key: str | None) -> RowStream:
+    """One .npz whose arrays stack samples along axis 0 (streamed, see RowStream)."""
+    members = _npz_arrays(path, str(path))
     names = [i.name for i in checker.inputs]
-    keys = _pick_keys(path, headers, names, data_key)
+    keys = _pick_keys(path, {k: a.header for k, a in members.items()}, names, data_key)
     where = f"{path}['{keys[names[0]]}']" if data_key is not None else str(path)
-    block = checker.check(where, {name: headers[key] for name, key in keys.items()})
+    arrays = {name: members[keys[name]] for name in names}
+    block = checker.check(where, {name: a.header for name, a in arrays.items()})
     shown = ", ".join(f"'{k}'" for k in keys.values())
-    return FileSource(f"{path.name}[{shown}]", [path], [block],
-                      lambda p: _read_npz(p, keys))
+    return RowStream(f"{path.name}[{shown}]", path, arrays, block)
 
 
 def _pick_keys(path: Path, headers: Mapping[str, Header], names: list[str],
@@ -170,8 +321,8 @@ def _pick_keys(path: Path, headers: Mapping[str, Header], names: list[str],
     )
 
 
-def single_npy(path: Path, checker: FeedChecker) -> FileSource:
-    """One .npy whose axis 0 stacks samples (memory-mapped: rows are read as used)."""
+def single_npy(path: Path, checker: FeedChecker) -> RowStream:
+    """One .npy whose axis 0 stacks samples (streamed, see RowStream)."""
     names = [i.name for i in checker.inputs]
     if len(names) != 1:
         raise GraphfixError(
@@ -180,10 +331,9 @@ def single_npy(path: Path, checker: FeedChecker) -> FileSource:
             "a .npy file holds one array, so it can feed only a single-input model",
             "store one array per input name in an .npz: numpy.savez(path, **{name: array})",
         )
-    with open(path, "rb") as fp:
-        block = checker.check(str(path), {names[0]: npy_header(fp, str(path))})
-    return FileSource(path.name, [path], [block],
-                      lambda p: {names[0]: np.load(p, mmap_mode="r", allow_pickle=False)})
+    array = _npy_file(path, str(path))
+    block = checker.check(str(path), {names[0]: array.header})
+    return RowStream(path.name, path, {names[0]: array}, block)
 
 
 class LoaderScript:

@@ -6,9 +6,11 @@ What `--data` may be:
   one sample or a stack of samples (leading axis) per file, in sorted file order;
 - a single .npz whose arrays stack samples along axis 0: `--data-key` picks the array
   for a single-input model, else the arrays named like the inputs (or the only array)
-  are used. numpy reads a member array whole, so this form holds the chosen arrays in
-  memory during a pass;
-- a single .npy stacking samples along axis 0 (memory-mapped: rows are read as used);
+  are used. Its members are streamed, stored (numpy.savez) or compressed
+  (numpy.savez_compressed) alike: a few MB of rows at a time, all arrays side by side,
+  so memory does not grow with the sample count (an array saved in Fortran order is
+  the exception: it is read whole once per pass, see `_sources`);
+- a single .npy stacking samples along axis 0, streamed the same way;
 - a folder of jpg/png images with a `Preprocess` spec (`--preprocess`), see `_images`;
 - or, instead of `--data`, a data-loader script `file.py:function` (`load_data` by
   default) whose function returns an iterable of feed dicts. It runs the user's code,
@@ -17,16 +19,18 @@ What `--data` may be:
 Checking: every sample must fit the model's inputs (the graph inputs that are not
 initializers): same names, same dtypes (float64 data for a float32 input is cast and
 describe() says so), static dims equal, dynamic dims free; see `_feeds` for the rules.
-Files and images are checked from their headers before any array is read, so a bad
-file anywhere fails `open_data` itself. A loader script's items are checked as they
-come, since they cannot be known earlier.
+Files and images are checked from their headers before any array is read (and a file
+shorter than its header says is refused), so a bad file anywhere fails `open_data`
+itself. A loader script's items are checked as they come, since they cannot be known
+earlier.
 
 Iteration: every pass yields the same batches in the same order: `batch_size` samples
-cut and concatenated along axis 0 (the last batch may be smaller), one file or loader
-item in memory at a time (plus the rows of the batch being formed). For a loader
-script, every pass calls the function again; the script must give the same data each
-time, and a pass that gives fewer samples than the first is an error. Its sample count
-is known after the first full pass (`num_samples` runs one when needed).
+cut and concatenated along axis 0 (the last batch may be smaller), one file, image,
+loader item or block of a single file's rows in memory at a time (plus the rows of the
+batch being formed). For a loader script, every pass calls the function again; the
+script must give the same data each time, and a pass that gives fewer samples than the
+first is an error. Its sample count is known after the first full pass (`num_samples`
+runs one when needed).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import numpy as np
 import onnx
 
 from graphfix.errors import GraphfixError
-from graphfix.runtime._blocks import FeedChecker, Source, batches, check_batches
+from graphfix.runtime._blocks import Block, FeedChecker, Source, batches, check_batches
 from graphfix.runtime._images import IMAGE_SUFFIXES, ImageFolder, Preprocess
 from graphfix.runtime._sources import LoaderScript, array_folder, single_npy, single_npz
 from graphfix.runtime.feeds import InputInfo, graph_inputs
@@ -232,11 +236,22 @@ def first_feeds(source: str | os.PathLike, model: onnx.ModelProto,
     blocks = data._source.blocks
     free = all(i.dims is None or (i.dims and not isinstance(i.dims[0], int))
                for i in data.inputs)
-    own = min(blocks[0].rows, OWN_BATCH_MAX) if blocks and free else 1
+    own = min(_first_file_rows(blocks), OWN_BATCH_MAX) if blocks and free else 1
     if own > 1:
         data = open_data(source, model, data_key=data_key, max_samples=own, batch_size=own,
                          batch_option=None)
     return next(iter(data))
+
+
+def _first_file_rows(blocks: list[Block]) -> int:
+    """The rows of the first file: a single file read in blocks of rows gives blocks
+    that share its `where`."""
+    rows = 0
+    for block in blocks:
+        if block.where != blocks[0].where:
+            break
+        rows += block.rows
+    return rows
 
 
 def _open_source(source: str | os.PathLike | None, checker: FeedChecker,
