@@ -70,11 +70,15 @@ def test_trt_version_int_rejects_what_it_cannot_encode(version):
 
 
 def test_headers_per_method():
-    assert C.write_cache({}, algorithm=C.ALGORITHMS["minmax"]).startswith(
+    """The header's algorithm comes from the method registry (TensorRT's own names)."""
+    from graphfix.calibration import methods
+
+    header = {m.name: m.cache_algorithm for m in methods.METHODS}
+    assert header == {"auto": "EntropyCalibration2", "entropy": "EntropyCalibration2",
+                      "minmax": "MinMaxCalibration", "percentile": "EntropyCalibration2",
+                      "mse": "EntropyCalibration2"}
+    assert C.write_cache({}, algorithm=header["minmax"]).startswith(
         "TRT-100900-MinMaxCalibration\n")
-    assert C.header_algorithm("entropy") == "EntropyCalibration2"
-    assert C.header_algorithm("minmax") == "MinMaxCalibration"
-    assert C.header_algorithm("percentile") == C.header_algorithm("mse") == "EntropyCalibration2"
 
 
 def test_tensorrt_11_gets_no_cache():

@@ -7,8 +7,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from graphfix.calibration.algorithms import percentile
 from graphfix.calibration.evaluate import compare
-from graphfix.calibration.runner import calibrate
+from graphfix.calibration.runner import Request, calibrate
 from graphfix.errors import GraphfixError
 from graphfix.runtime.data import open_data
 
@@ -65,18 +66,21 @@ def test_identical_models_agree_fully(digits):
 
 def test_unknown_method_is_a_user_error(digits):
     model, calib, _, _ = digits
-    with pytest.raises(GraphfixError, match="unknown calibration method"):
+    with pytest.raises(GraphfixError, match="Unknown calibration method 'kl'"):
         calibrate(model, calib, ("kl",))
 
 
 def test_per_tensor_choice_among_minmax_entropy_percentile(digits):
     model, calib, test, labels = digits
-    result = calibrate(model, calib, ("entropy",), per_tensor=True, eval_data=test,
-                       labels=labels)
+    request = Request.make("minmax,entropy,percentile", {"--percentile": 99.9}, per_tensor=True)
+    result = calibrate(model, calib, request, eval_data=test, labels=labels)
     (outcome,) = result.outcomes
-    assert outcome.method == "entropy+per-tensor"
+    assert outcome.method == result.recommended == "per-tensor(minmax,entropy,percentile)"
     assert set(outcome.chosen_by_tensor) == set(result.stats)
     assert set(outcome.chosen_by_tensor.values()) <= {"minmax", "entropy", "percentile"}
+    for tensor, how in outcome.chosen_by_tensor.items():  # --percentile reaches the choice
+        if how == "percentile":
+            assert outcome.amaxes[tensor] == percentile(result.stats[tensor], 99.9)
     assert outcome.agreement.accuracy >= outcome.agreement.reference_accuracy - 0.01
 
 
@@ -90,3 +94,28 @@ def test_opset_11_models_are_moved_to_13_before_quantizing(shared_model):
     quantized = result.outcome().model
     assert next(o.version for o in quantized.opset_import if o.domain == "") >= 13
     assert result.outcome().agreement.sqnr_db > 15
+
+
+def test_one_statistics_pass_and_one_shape_inference_for_every_method(monkeypatch):
+    """--method all: the model is shape-inferred once (for the statistics), the data is
+    read in one pass for auto/minmax/percentile/mse and two with entropy's exact
+    histogram, and the FP32 model runs once per evaluation batch (test_evaluate)."""
+    from graphfix import samples
+    from graphfix.calibration import runner
+
+    fp32, _ = runner.prepare(samples.conv_bn_relu_residual())
+    x = np.random.default_rng(0).standard_normal((12, 3, 32, 32)).astype(np.float32)
+    data = [{"input": x[i:i + 4]} for i in range(0, 12, 4)]
+    calls = []
+    original = onnx.shape_inference.infer_shapes
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes",
+                        lambda *a, **k: calls.append(1) or original(*a, **k))
+    result = calibrate(fp32, data, ("all",), eval_data=data[:1])
+    assert len(calls) == 1
+    assert [o.method for o in result.outcomes] == ["auto", "entropy", "minmax", "percentile",
+                                                   "mse"]
+    assert any("in 2 passes (1 chunk)" in n for n in result.notes)  # entropy: exact
+    calls.clear()
+    one = calibrate(fp32, data, ("auto", "mse"))
+    assert len(calls) == 1 and any("in 1 pass (1 chunk)" in n for n in one.notes)
+    assert one.recommended == "auto" and one.outcomes[0].agreement is None

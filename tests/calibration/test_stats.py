@@ -1,5 +1,6 @@
-"""Streaming statistics in onnxruntime: exact values, independence from batch size and
-order, chunking under a memory budget, skipped tensors with reasons, progress."""
+"""Streaming statistics in onnxruntime, one pass over the data: exact ranges, the fine-grid
+histogram (and how far it is from an exact one), independence from batch size and order,
+chunking under a memory budget, skipped tensors with reasons, progress."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from onnx import helper, numpy_helper
 
 from graphfix import samples
 from graphfix.calibration import stats as S
-from graphfix.calibration.algorithms import METHODS
+from graphfix.calibration.methods import METHODS as _ALL
 from graphfix.errors import GraphfixError
+
+METHODS = {m.name: m.amax for m in _ALL if m.amax is not None}
 
 N = 30  # samples; 30 = 4*7 + 2 = 7*4 + 2, so batch sizes 4 and 7 leave a ragged last batch
 
@@ -46,6 +49,18 @@ def _same(a: S.TensorStats, b: S.TensorStats) -> bool:
         np.array_equal(a.hist, b.hist)
 
 
+def _fine_grid_histogram(values: np.ndarray, bins: int) -> np.ndarray:
+    """The histogram `collect` documents, written out per element: |x| floored to the
+    grid w = 2**(exp - FINE_BITS) (every |x| < 2**exp), each value at its grid cell's
+    centre, binned on [0, amax]."""
+    a = np.abs(values.astype(np.float64)).ravel()
+    amax = a.max()
+    w = 2.0 ** (np.frexp(amax)[1] - S.fine_bits(bins))
+    centres = (np.floor(a / w) + 0.5) * w
+    where = np.minimum(np.floor(centres * bins / amax).astype(np.int64), bins - 1)
+    return np.bincount(where, minlength=bins)
+
+
 def test_stats_are_the_numpy_statistics_of_all_samples():
     model = parse(ELEMENTWISE)
     x = np.random.default_rng(1).standard_normal((N, 8)).astype(np.float32)
@@ -54,37 +69,72 @@ def test_stats_are_the_numpy_statistics_of_all_samples():
         s = got[name]
         amax = float(np.abs(ref).max())
         assert (s.min, s.max, s.amax, s.count) == (float(ref.min()), float(ref.max()), amax, N * 8)
-        expected = np.histogram(np.abs(ref), bins=64, range=(0.0, amax))[0]
-        assert np.array_equal(s.hist, expected)
+        assert np.array_equal(s.hist, _fine_grid_histogram(ref, 64))
         assert s.hist.dtype == np.int64 and s.dtype == np.float32
         np.testing.assert_allclose(s.edges, np.linspace(0, amax, 65))
 
 
+def test_the_fine_grid_moves_a_value_by_at_most_a_sixteenth_of_a_bin():
+    """Against np.histogram on the final range: only values within 1/16 bin of an edge
+    may land in the neighbouring bin, and no method's amax moves by more than a bin."""
+    model = parse(ELEMENTWISE)
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.standard_normal(20000), rng.standard_normal(48) * 30])
+    x = x.astype(np.float32).reshape(-1, 8)
+    got = S.collect(model, ["x"], _batches(x, 100, "x"))["x"]
+    a = np.abs(x.astype(np.float64)).ravel()
+    exact = np.histogram(a, bins=2048, range=(0.0, got.amax))[0]
+    width = got.amax / 2048
+    near_edge = np.abs(a / width - np.rint(a / width)) <= 1 / 16
+    assert np.array_equal(got.hist, _fine_grid_histogram(x, 2048))
+    moved = np.abs(got.hist - exact).sum()
+    assert 0 < moved <= 2 * near_edge.sum()  # not exact; only values near an edge move
+    truth = S.collect(model, ["x"], _batches(x, 100, "x"), exact=True)["x"]
+    assert np.array_equal(truth.hist, exact)
+    for name in ("minmax", "percentile", "mse"):  # entropy need not: see stats' docstring
+        assert abs(METHODS[name](got) - METHODS[name](truth)) <= width * 1.0001, name
+
+
+def test_a_range_that_grows_over_the_batches_merges_exactly():
+    """Batches whose max|x| grows by 2**0..2**20: the fine grid coarsens as it goes, and
+    ends where one batch holding everything starts."""
+    model = parse(ELEMENTWISE)
+    rng = np.random.default_rng(6)
+    x = np.concatenate([rng.uniform(-1, 1, (4, 8)) * 2.0 ** k for k in range(0, 21, 4)])
+    x = x.astype(np.float32)
+    one = S.collect(model, ["x"], _batches(x, len(x), "x"))["x"]
+    growing = S.collect(model, ["x"], _batches(x, 4, "x"))["x"]
+    shrinking = S.collect(model, ["x"], _batches(x[::-1].copy(), 4, "x"))["x"]
+    assert _same(one, growing) and _same(one, shrinking)
+    assert np.array_equal(one.hist, _fine_grid_histogram(x, 2048))
+
+
 def test_same_statistics_for_any_batch_size_and_order(residual):
     model, tensors, x = residual
-    reference = S.collect(model, tensors, _batches(x, N))
     order = np.random.default_rng(2).permutation(N)
-    for size in (1, 4, 7):
-        for data in (x, x[order]):
-            got = S.collect(model, tensors, _batches(data, size))
-            assert list(got) == list(reference)
-            for name in reference:
-                assert _same(got[name], reference[name]), (size, name)
-    # hence every method's scale is the same too
-    shuffled = S.collect(model, tensors, _batches(x[order], 7))
-    for fn in METHODS.values():
-        assert [fn(shuffled[t]) for t in reference] == [fn(reference[t]) for t in reference]
+    for exact in (False, True):
+        reference = S.collect(model, tensors, _batches(x, N), exact=exact)
+        for size in (1, 4, 7):
+            for data in (x, x[order]):
+                got = S.collect(model, tensors, _batches(data, size), exact=exact)
+                assert list(got) == list(reference)
+                for name in reference:
+                    assert _same(got[name], reference[name]), (size, name)
+        # hence every method's scale is the same too
+        shuffled = S.collect(model, tensors, _batches(x[order], 7), exact=exact)
+        for fn in METHODS.values():
+            assert [fn(shuffled[t]) for t in reference] == [fn(reference[t]) for t in reference]
 
 
 def test_chunks_fit_the_budget_and_change_nothing(residual):
     model, tensors, x = residual
     data = _batches(x, 4)
     whole = S.collect(model, tensors, data)
-    assert len(whole.chunks) == 1 and whole.passes == 2
+    assert len(whole.chunks) == 1 and whole.passes == 1
     sizes = S.activation_bytes(model, list(whole), data[0])
     budget = 600_000  # two or three 262,144-byte conv activations per run
     chunked = S.collect(model, tensors, data, memory_budget=budget)
-    assert len(chunked.chunks) > 1 and chunked.passes == 2 * len(chunked.chunks)
+    assert len(chunked.chunks) > 1 and chunked.passes == len(chunked.chunks)
     assert sorted(t for c in chunked.chunks for t in c) == sorted(whole)
     assert all(sum(sizes[t] for t in c) <= budget for c in chunked.chunks)
     assert not chunked.notes
@@ -185,15 +235,19 @@ def test_progress_over_samples_and_passes(residual):
     got = S.collect(model, tensors[:4], _batches(x, 7), memory_budget=1_000_000,
                     progress=lambda *a: calls.append(a))
     phases = list(dict.fromkeys(phase for phase, _, _ in calls))
-    assert len(phases) == got.passes == 4
-    assert phases[0] == "pass 1/4: range (2 tensors)"
-    assert phases[1] == "pass 2/4: histogram (2 tensors)"
+    assert len(phases) == got.passes == 2
+    assert phases == ["pass 1/2: statistics (2 tensors)", "pass 2/2: statistics (2 tensors)"]
+    exact = S.collect(model, tensors[:4], _batches(x, 7), memory_budget=1_000_000, exact=True,
+                      progress=lambda *a: calls.append(a))
+    phases = list(dict.fromkeys(phase for phase, _, _ in calls))[2:]
+    assert len(phases) == exact.passes == 4
+    assert phases[:2] == ["pass 1/4: range (2 tensors)", "pass 2/4: histogram (2 tensors)"]
     for phase in phases:
         done = [d for p, d, _ in calls if p == phase]
         assert done == [0, 7, 14, 21, 28, 30]
     assert {t for _, _, t in calls} == {N}
     assert got.samples == N
-    assert got.summary().startswith("collected 4 tensors over 30 samples in 4 passes (2 chunks)")
+    assert got.summary().startswith("collected 4 tensors over 30 samples in 2 passes (2 chunks)")
 
 
 class _Unsized:
@@ -211,7 +265,7 @@ def test_progress_total_is_zero_when_unknown():
     calls = []
     S.collect(model, ["r"], _Unsized([{"x": np.ones((2, 8), np.float32)}]),
               progress=lambda *a: calls.append(a))
-    assert calls[-1] == ("pass 2/2: histogram (1 tensor)", 2, 0)
+    assert calls[-1] == ("statistics (1 tensor)", 2, 0)
 
 
 def test_num_samples_of_the_data_is_the_total():
@@ -226,14 +280,14 @@ def test_num_samples_of_the_data_is_the_total():
     assert calls[-1][1:] == (5, 5)
 
 
-def test_range_only_collection_skips_the_histogram_pass(residual):
+def test_range_only_collection_skips_the_histogram(residual):
     model, tensors, x = residual
     full = S.collect(model, tensors, _batches(x, 4))
     ranges = S.collect(model, tensors, _batches(x, 4), histograms=False)
-    assert ranges.passes == full.passes // 2
+    assert ranges.passes == full.passes == 1
     for name in full:
         assert (ranges[name].min, ranges[name].amax) == (full[name].min, full[name].amax)
-        assert not ranges[name].hist.any()
+        assert not ranges[name].hist.any() and full[name].hist.sum() == full[name].count
 
 
 def test_data_the_model_cannot_run_on_is_named():

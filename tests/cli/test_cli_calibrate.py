@@ -33,14 +33,18 @@ def test_method_all_compares_and_writes_everything(digits, tmp_path):
         "--cache", str(cache), "--trt", "8.6", "--ranges", str(ranges), "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
-    assert [m["method"] for m in summary["methods"]] == ["entropy", "minmax", "percentile",
-                                                         "mse"]
+    assert [m["method"] for m in summary["methods"]] == ["auto", "entropy", "minmax",
+                                                         "percentile", "mse"]
     assert all(m["accuracy"] is not None for m in summary["methods"])
+    assert summary["schema"] == "graphfix.calibrate/2" and summary["clipping"] == []
     assert model.read_bytes() == before
     onnx.checker.check_model(onnx.load(out), full_check=True)
     header, scales = read_cache(cache.read_text())
     assert header.startswith("TRT-8600-") and scales
-    assert json.loads(ranges.read_text())["schema"] == "graphfix.ranges/1"
+    written = json.loads(ranges.read_text())
+    assert written["schema"] == "graphfix.ranges/2"
+    chosen = {t["chosen"]["auto"] for t in written["tensors"].values() if t["chosen"]}
+    assert chosen and chosen <= {"minmax", "percentile", "entropy", "mse"}
     back = tmp_path / "back.onnx"
     again = runner.invoke(app, ["calibrate", str(model), "--from-cache", str(cache),
                                 "-o", str(back)])
@@ -60,7 +64,10 @@ def test_table_output_names_the_recommendation(digits, tmp_path):
 
 
 @pytest.mark.parametrize(("args", "text"), [
-    (["--method", "kl"], "unknown calibration method"),
+    (["--method", "kl"], "Unknown calibration method 'kl'"),
+    (["--percentile", "150"], "--percentile 150 is out of range"),
+    (["--method", "minmax", "--per-tensor"], "nothing to choose from"),
+    (["--bins", "64"], "--bins 64 is out of range"),
     ([], "no calibration data"),
     (["--cache", "x.cache", "--trt", "11.1"], "TensorRT 11 removed implicit INT8"),
     (["--memory-budget", "lots"], "--memory-budget"),
@@ -73,3 +80,28 @@ def test_user_errors_exit_2(digits, tmp_path, args, text):
                                  "-o", str(tmp_path / "q.onnx")])
     assert result.exit_code == 2, result.output
     assert text in result.stderr
+
+
+def test_entropy_warns_of_bad_clips_and_the_default_does_not(shared_model, tmp_path):
+    """digits_hswish_dev: TensorRT-style entropy clips HardSwish outputs; the warning names
+    them with the way out, the JSON carries the same list; auto (the default) has none,
+    and the doctor note checks the documented default target."""
+    model, data = shared_model("digits_hswish_dev.onnx"), shared_model("digits_hswish_dev_data.npz")
+    args = ["calibrate", str(model), "--data", str(data), "--data-key", "calib",
+            "--batch-size", "50"]
+    table = runner.invoke(app, [*args, "--method", "entropy", "-o", str(tmp_path / "e.onnx")],
+                          env={"COLUMNS": "300"})
+    assert table.exit_code == 0, table.output
+    assert "lose more than 6.02 dB (one bit)" in table.stdout
+    assert "entropy clips at" in table.stdout and "--exclude-nodes" in table.stdout
+    as_json = runner.invoke(app, [*args, "--method", "entropy", "--json",
+                                  "-o", str(tmp_path / "e2.onnx")])
+    clips = json.loads(as_json.stdout)["clipping"]
+    assert clips and all(c["lost_db"] > 6.02 and c["amax"] < c["observed_amax"] for c in clips)
+    assert [c["tensor"] for c in clips] == [c["tensor"] for c in sorted(clips, key=lambda c:
+                                                                         -c["lost_db"])]
+    default = runner.invoke(app, [*args, "--json", "-o", str(tmp_path / "a.onnx")])
+    summary = json.loads(default.stdout)
+    assert [m["method"] for m in summary["methods"]] == ["auto"]
+    assert summary["clipping"] == [] and summary["methods"][0]["chosen"]
+    assert "graphfix doctor: no Q/DQ findings for TensorRT 10.16" in summary["notes"]

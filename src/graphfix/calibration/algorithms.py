@@ -14,21 +14,18 @@ is the writer's job.
 - `percentile`: the smallest bin edge below which p% of the |x| counts lie.
 - `mse`: the bin edge minimizing the simulated INT8 quantization MSE.
 
-`best_per_tensor` picks, per tensor, the method whose amax gives the lowest
-simulated quantization MSE (`quantization_mse`).
+`quantization_mse` / `quantization_sqnr` simulate INT8 on a histogram for any amax:
+what `methods` uses to choose per tensor and `clipping` to find bad clips. The
+registry of methods (names, options, help) is `methods`, not this module.
 """
 
 from __future__ import annotations
 
-import difflib
 import functools
-import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from graphfix.errors import GraphfixError
 
 if TYPE_CHECKING:
     from graphfix.calibration.stats import TensorStats
@@ -228,61 +225,15 @@ def mse(stats: TensorStats, start_bin: int = 128) -> float:
     return float(stats.edges[start + int(np.argmin(errors))])
 
 
-METHODS: dict[str, Callable[..., float]] = {
-    "minmax": minmax,
-    "entropy": entropy,
-    "percentile": percentile,
-    "mse": mse,
-}
-
-
-def _method(name: str) -> Callable[..., float]:
-    if name not in METHODS:
-        near = difflib.get_close_matches(name, list(METHODS), n=1)
-        hint = f"did you mean '{near[0]}'? " if near else ""
-        raise GraphfixError(
-            f"Unknown calibration method '{name}'",
-            f"graphfix knows {', '.join(METHODS)}",
-            f"{hint}pick one of those",
-        )
-    return METHODS[name]
-
-
-def _check_options(name: str, options: dict) -> None:
-    accepted = list(inspect.signature(METHODS[name]).parameters)[1:]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise GraphfixError(
-            f"Calibration method '{name}' has no option {', '.join(unknown)}",
-            f"it accepts {', '.join(accepted) or 'no options'}",
-            "remove or rename the option",
-        )
-
-
-def compute_amaxes(stats: dict[str, TensorStats], method: str, **options) -> dict[str, float]:
-    """amax per tensor with one method; `options` go to the method (e.g. p=99.9)."""
-    fn = _method(method)
-    _check_options(method, options)
-    return {name: fn(s, **options) for name, s in stats.items()}
-
-
-def best_per_tensor(
-    stats: dict[str, TensorStats], methods: Sequence[str] | None = None
-) -> dict[str, tuple[str, float]]:
-    """Per tensor, (method, amax) of the method with the lowest `quantization_mse`.
-
-    `methods` defaults to all of METHODS, each with its default options; ties go
-    to the method listed first. Because `mse` minimizes this same error over bin
-    edges from bin 128 up (and every other method also returns a bin edge),
-    `mse` wins or ties unless another method's amax lies below bin 128 (a very
-    low percentile); leave "mse" out of `methods` to choose among the others.
-    """
-    names = list(methods) if methods is not None else list(METHODS)
-    fns = [_method(m) for m in names]
-    out: dict[str, tuple[str, float]] = {}
-    for tensor, s in stats.items():
-        amaxes = [fn(s) for fn in fns]
-        errors = quantization_mse(s, amaxes)
-        k = int(np.argmin(errors))
-        out[tensor] = (names[k], amaxes[k])
-    return out
+def quantization_sqnr(stats: TensorStats, amaxes: np.ndarray | Sequence[float]) -> np.ndarray:
+    """Simulated INT8 SQNR in dB of the histogram for each amax: 10 log10(mean of c^2
+    over the counts / `quantization_mse`), c the bin centres; +inf where the error is 0
+    (an all-zero tensor)."""
+    error = quantization_mse(stats, amaxes)
+    n = stats.hist.size
+    if stats.amax <= 0 or n == 0 or stats.hist.sum() <= 0:
+        return np.full(error.size, np.inf)
+    centres = (np.arange(n) + 0.5) * (stats.amax / n)
+    power = float(_weights(stats) @ (centres * centres))
+    with np.errstate(divide="ignore"):
+        return 10.0 * np.log10(power / error)

@@ -12,10 +12,10 @@ MINOR*100 + PATCH up to 9.x, MAJOR*10000 + MINOR*100 + PATCH from 10.0.
 TensorRT ties a cache to that version and to the calibrator's algorithm, so
 both must match the reader.
 
-Header algorithm per method (`ALGORITHMS`): entropy -> EntropyCalibration2,
-minmax -> MinMaxCalibration (the names TensorRT itself writes). Percentile and
-mse are not TensorRT calibrators; their ranges are written under
-EntropyCalibration2 (`header_algorithm`), the calibrator trtexec uses to read
+The header's algorithm for each graphfix method is `methods.Method.cache_algorithm`:
+entropy -> EntropyCalibration2, minmax -> MinMaxCalibration (the names TensorRT
+itself writes). auto, percentile and mse are not TensorRT calibrators; their ranges
+are written under EntropyCalibration2, the calibrator trtexec uses to read
 `--calib` (its RndInt8Calibrator is an IInt8EntropyCalibrator2,
 NVIDIA/TensorRT samples/common/sampleEngines.cpp). For the same reason a
 minmax cache meant for `trtexec --calib` should be written with
@@ -31,15 +31,9 @@ import struct
 from graphfix.errors import GraphfixError
 
 LEVELS = 127
-ALGORITHMS = {"entropy": "EntropyCalibration2", "minmax": "MinMaxCalibration"}
 DEFAULT_ALGORITHM = "EntropyCalibration2"
 _VERSION = re.compile(r"^\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:\.\d+)*\s*$")
 _HEX = re.compile(r"^[0-9a-fA-F]{1,8}$")
-
-
-def header_algorithm(method: str) -> str:
-    """The header's algorithm name for a graphfix method (see the module docstring)."""
-    return ALGORITHMS.get(method, DEFAULT_ALGORITHM)
 
 
 def trt_version_int(version: str) -> int:

@@ -1,20 +1,25 @@
-"""How close a Q/DQ model's outputs are to the FP32 model's: SQNR, top-1 agreement, accuracy.
+"""How close Q/DQ models' outputs are to the FP32 model's: SQNR, top-1 agreement, accuracy.
 
-All from onnxruntime on CPU with graph optimizations disabled (graphfix's reference
-for "same numbers"), on held-apart samples that calibration did not see.
+All from onnxruntime with graph optimizations disabled (graphfix's reference for "same
+numbers"), on held-apart samples that calibration did not see. `compare_many` runs the
+FP32 model once per batch and every candidate on the same batch, so `--method all`
+costs one FP32 run, not one per method; memory is one batch of outputs at a time.
 
-- SQNR (dB) of each output over all samples: 10 log10(sum(ref^2) / sum((ref - q)^2));
-  the reported number is the first output's (infinite when identical).
-- top-1 agreement: the share of samples whose argmax over the last axis of the first
-  output is the same in both models (meaningful for classifiers).
-- accuracy: the share of samples whose argmax equals the label, when labels are given.
+- SQNR (dB) per float output over all samples: 10 log10(sum(ref^2) / sum((ref - q)^2));
+  the reported number is the lowest over the outputs (+inf when identical). An output
+  that is the same for every sample (a head initialised to zero) carries no signal: it
+  is left out and named in `constant_outputs`; with no other output, SQNR is NaN.
+- top-1 agreement: for a classifier only (first output 2-D, [N, classes >= 2]), the
+  share of samples whose argmax is the same in both models; None otherwise.
+- accuracy: the share of samples whose argmax of the first output equals the label,
+  when labels are given.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -27,49 +32,104 @@ from graphfix.runtime.session import make_session
 class Agreement:
     samples: int
     sqnr_db: float
-    top1_agreement: float
+    top1_agreement: float | None
     accuracy: float | None = None
     reference_accuracy: float | None = None
+    constant_outputs: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {k: (None if isinstance(v, float) and math.isinf(v) else v)
+        return {k: (None if isinstance(v, float) and (math.isinf(v) or math.isnan(v)) else v)
                 for k, v in self.__dict__.items()}
 
 
-def compare(
+@dataclass
+class _Tally:
+    outputs: list[str]
+    signal: np.ndarray = field(init=False)
+    noise: np.ndarray = field(init=False)
+    agree: int = 0
+    correct: int = 0
+
+    def __post_init__(self) -> None:
+        self.signal = np.zeros(len(self.outputs))
+        self.noise = np.zeros(len(self.outputs))
+
+
+def compare_many(
     reference: onnx.ModelProto,
-    candidate: onnx.ModelProto,
+    candidates: Mapping[str, onnx.ModelProto],
     data: Iterable[dict[str, np.ndarray]],
     labels: np.ndarray | None = None,
     providers: Sequence[str] = ("cpu",),
-) -> Agreement:
-    """Run both models batch by batch (memory: one batch of outputs at a time)."""
-    ref_session, cand_session = make_session(reference, providers), make_session(candidate,
-                                                                                providers)
-    signal = noise = 0.0
-    agree = correct = ref_correct = samples = 0
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Agreement]:
+    """Agreement of every candidate with `reference`, batch by batch (see the module
+    docstring). The candidates must have the reference's outputs."""
+    ref_session = make_session(reference, providers)
+    outputs = [o.name for o in ref_session.get_outputs()]
+    sessions = {k: make_session(m, providers) for k, m in candidates.items()}
+    tallies = {k: _Tally(outputs) for k in candidates}
+    first: list[np.ndarray | None] = [None] * len(outputs)
+    constant = [True] * len(outputs)
+    samples = ref_correct = 0
+    classifier = True
+    total = getattr(data, "num_samples", 0)
     for feeds in data:
-        ref = _first_output(ref_session, feeds)
-        out = _first_output(cand_session, feeds)
-        ref64, out64 = ref.astype(np.float64), out.astype(np.float64)
-        signal += float(np.sum(ref64 * ref64))
-        noise += float(np.sum((ref64 - out64) ** 2))
-        ref_top = ref.reshape(ref.shape[0], -1).argmax(axis=-1) if ref.ndim > 1 else ref
-        out_top = out.reshape(out.shape[0], -1).argmax(axis=-1) if out.ndim > 1 else out
-        agree += int(np.sum(ref_top == out_top))
+        refs = [np.asarray(r) for r in ref_session.run(outputs, dict(feeds))]
+        floats = [r.dtype.kind == "f" for r in refs]
+        for i, r in enumerate(refs):
+            if floats[i] and r.size and r.ndim:
+                if first[i] is None:
+                    first[i] = r[:1].copy()
+                constant[i] = constant[i] and r.shape[1:] == first[i].shape[1:] and \
+                    bool(np.all(r == first[i]))
+        head = refs[0]
+        classifier = classifier and head.ndim == 2 and head.shape[1] >= 2
+        ref_top = _top1(head)
+        batch_labels = None
         if labels is not None:
-            batch_labels = labels[samples:samples + len(out_top)].reshape(-1)
-            correct += int(np.sum(out_top == batch_labels))
+            batch_labels = labels[samples:samples + len(ref_top)].reshape(-1)
             ref_correct += int(np.sum(ref_top == batch_labels))
-        samples += len(out_top)
+        for key, session in sessions.items():
+            tally = tallies[key]
+            outs = session.run(outputs, dict(feeds))
+            for i, (r, q) in enumerate(zip(refs, outs, strict=True)):
+                if floats[i]:
+                    r64, q64 = r.astype(np.float64), np.asarray(q, np.float64)
+                    tally.signal[i] += float(np.sum(r64 * r64))
+                    tally.noise[i] += float(np.sum((r64 - q64) ** 2))
+            top = _top1(np.asarray(outs[0]))
+            tally.agree += int(np.sum(top == ref_top))
+            if batch_labels is not None:
+                tally.correct += int(np.sum(top == batch_labels))
+        samples += len(ref_top)
+        if progress:
+            progress("evaluating on held-apart samples", samples, max(total, samples))
     if samples == 0:
-        return Agreement(0, float("nan"), float("nan"))
-    result = Agreement(samples, ratio_db(signal, noise), agree / samples)
-    if labels is not None:
-        result.accuracy, result.reference_accuracy = correct / samples, ref_correct / samples
-    return result
+        return {k: Agreement(0, float("nan"), None) for k in candidates}
+    if samples < 2:  # one sample is always "the same for every sample"
+        constant = [False] * len(outputs)
+    compared = [i for i in range(len(outputs)) if first[i] is not None and not constant[i]]
+    flat = [outputs[i] for i in range(len(outputs)) if first[i] is not None and constant[i]]
+    out = {}
+    for key, tally in tallies.items():
+        sqnr = min((ratio_db(tally.signal[i], tally.noise[i]) for i in compared),
+                   default=float("nan"))
+        result = Agreement(samples, sqnr, tally.agree / samples if classifier else None,
+                           constant_outputs=flat)
+        if labels is not None:
+            result.accuracy, result.reference_accuracy = tally.correct / samples, \
+                ref_correct / samples
+        out[key] = result
+    return out
 
 
-def _first_output(session, feeds: dict[str, np.ndarray]) -> np.ndarray:
-    name = session.get_outputs()[0].name
-    return np.asarray(session.run([name], dict(feeds))[0])
+def compare(reference: onnx.ModelProto, candidate: onnx.ModelProto,
+            data: Iterable[dict[str, np.ndarray]], labels: np.ndarray | None = None,
+            providers: Sequence[str] = ("cpu",)) -> Agreement:
+    """`compare_many` with one candidate."""
+    return compare_many(reference, {"candidate": candidate}, data, labels, providers)["candidate"]
+
+
+def _top1(out: np.ndarray) -> np.ndarray:
+    return out.reshape(out.shape[0], -1).argmax(axis=-1) if out.ndim > 1 else out

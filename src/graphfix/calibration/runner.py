@@ -1,8 +1,10 @@
 """`graphfix.calibrate`: statistics once, every requested method from them, each Q/DQ model
-compared with FP32 on held-apart samples, and a recommendation.
+compared with FP32 on held-apart samples, bad clips found, and a recommendation.
 
     model --fold-bn--> FP32 --plan--> tensors --collect(data)--> stats
-    stats --method--> amaxes --quantize--> Q/DQ model --compare(eval data)--> agreement
+    stats --every method (methods.plain_ranges)--> amaxes --auto/--method--> chosen
+    chosen --quantize--> Q/DQ model --compare(eval data, one FP32 run)--> agreement
+    chosen vs every method's amax --clipping--> warnings
 
 The statistics pass is shared by all methods (the expensive part); each method only
 computes thresholds from the histograms and writes a model.
@@ -10,8 +12,9 @@ computes thresholds from the histograms and writes a model.
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,13 +22,13 @@ import numpy as np
 import onnx
 
 from graphfix import provenance
-from graphfix.calibration import algorithms, qdq, stats
-from graphfix.calibration.evaluate import Agreement, compare
+from graphfix.calibration import clipping, methods, qdq, stats
+from graphfix.calibration.evaluate import Agreement, compare_many
 from graphfix.errors import GraphfixError
 
-METHODS = ("entropy", "minmax", "percentile", "mse")
-PER_TENSOR_CHOICES = ("minmax", "entropy", "percentile")
 Progress = Callable[[str, int, int], None]
+ACCURACY_MARGIN = 0.005  # recommendation: accuracies this close count as equal
+SQNR_MARGIN_DB = 1.0  # and output SQNRs this close
 
 
 @dataclass
@@ -35,10 +38,20 @@ class MethodOutcome:
     model: onnx.ModelProto
     seconds: float
     agreement: Agreement | None = None
-    chosen_by_tensor: dict[str, str] = field(default_factory=dict)  # per-tensor mode
+    chosen_by_tensor: dict[str, str] = field(default_factory=dict)  # auto / --per-tensor
+    clips: list[clipping.Clip] = field(default_factory=list)
+
+    @property
+    def cache_algorithm(self) -> str:
+        name = self.method if self.method in methods.names() else "auto"
+        return methods.get(name).cache_algorithm
 
     def summary(self) -> dict[str, Any]:
-        out = {"method": self.method, "seconds": round(self.seconds, 3)}
+        out = {"method": self.method, "seconds": round(self.seconds, 3),
+               "clipped_tensors": len(self.clips)}
+        if self.chosen_by_tensor:
+            picked = list(self.chosen_by_tensor.values())
+            out["chosen"] = {m: picked.count(m) for m in dict.fromkeys(picked)}
         if self.agreement is not None:
             out.update(self.agreement.to_json())
         return out
@@ -53,6 +66,7 @@ class CalibrationResult:
     recommended: str
     stats_seconds: float
     notes: list[str] = field(default_factory=list)
+    requested: tuple[str, ...] = ()  # the methods asked for (outcomes may add alternates)
 
     def outcome(self, method: str | None = None) -> MethodOutcome:
         wanted = method or self.recommended
@@ -61,15 +75,58 @@ class CalibrationResult:
     def ranges_json(self) -> dict[str, Any]:
         """Per tensor: amax of every method, and the statistics behind them."""
         return {
-            "schema": "graphfix.ranges/1",
+            "schema": "graphfix.ranges/2",
             "recommended": self.recommended,
             "tensors": {
                 name: {"min": s.min, "max": s.max, "amax_observed": s.amax,
-                       "amax": {o.method: o.amaxes.get(name) for o in self.outcomes}}
+                       "amax": {o.method: o.amaxes.get(name) for o in self.outcomes},
+                       "chosen": {o.method: o.chosen_by_tensor[name] for o in self.outcomes
+                                  if name in o.chosen_by_tensor}}
                 for name, s in self.stats.items()
             },
             "methods": [o.summary() for o in self.outcomes],
         }
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to compute, checked before any work: method names (`methods.parse`),
+    option values per method (`methods.options_for`), and the --per-tensor choice."""
+
+    methods: tuple[str, ...]
+    options: dict[str, dict[str, float]]
+    per_tensor: bool = False
+
+    @classmethod
+    def make(cls, names: Sequence[str] | str = (methods.DEFAULT,),
+             values: Mapping[str, float] | None = None, per_tensor: bool = False) -> Request:
+        parsed = methods.parse(names if isinstance(names, str) else ",".join(names))
+        request = cls(parsed, methods.options_for(values or {}), per_tensor)
+        if per_tensor and len(request.choices()) < 2:
+            raise GraphfixError(
+                f"--per-tensor has nothing to choose from with --method {','.join(parsed)}",
+                "it picks, per tensor, among two or more methods",
+                "list several (e.g. --method entropy,percentile), or use --method auto",
+            )
+        return request
+
+    def choices(self) -> tuple[str, ...]:
+        """--per-tensor's choices: the plain methods asked for (auto's, for auto/all)."""
+        plain = tuple(m for m in self.methods if methods.get(m).amax is not None)
+        return methods.AUTO_CHOICES if "auto" in self.methods else plain
+
+    def labels(self) -> tuple[str, ...]:
+        """One outcome per label: the methods, or the single per-tensor choice."""
+        if not self.per_tensor:
+            return self.methods
+        choices = self.choices()
+        return ("auto",) if choices == methods.AUTO_CHOICES else \
+            (f"per-tensor({','.join(choices)})",)
+
+    @property
+    def exact(self) -> bool:
+        """Whether the statistics need the exact two-pass histogram (entropy asked for)."""
+        return any(methods.get(m).exact_histogram for m in self.methods)
 
 
 QDQ_OPSET = 13  # per-axis DequantizeLinear (per-channel weight scales)
@@ -99,14 +156,12 @@ def prepare(model: onnx.ModelProto, fold_bn: bool = True) -> tuple[onnx.ModelPro
 def calibrate(
     model: onnx.ModelProto,
     data: Iterable[dict[str, np.ndarray]],
-    methods: Sequence[str] = ("entropy",),
+    request: Request | Sequence[str] = (methods.DEFAULT,),
     *,
     eval_data: Iterable[dict[str, np.ndarray]] | None = None,
     labels: np.ndarray | None = None,
     exclude_nodes: Sequence[str] = (),
     exclude_op_types: Sequence[str] = (),
-    per_tensor: bool = False,
-    percentile: float = 99.99,
     bins: int = 2048,
     memory_budget: int | None = None,
     fold_bn: bool = True,
@@ -114,19 +169,17 @@ def calibrate(
     providers: Sequence[str] = ("cpu",),
     progress: Progress | None = None,
 ) -> CalibrationResult:
-    """Calibrate `model` on `data` with each of `methods` (see the module docstring).
+    """Calibrate `model` on `data` with each requested method (see the module docstring).
 
+    `request` is a `Request` or method names. With an evaluation set and `auto` as the
+    only method, the plain methods are evaluated too, as alternates that confirm auto's
+    choice or replace it (`_recommend`).
     `every_tensor` also measures every float tensor of the main graph (its inputs and
     node outputs), not only the ones the Q/DQ model quantizes: what a legacy TensorRT
     calibration cache holds, since TensorRT may ask for any tensor of its network.
     """
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise GraphfixError(
-            f"unknown calibration method {', '.join(unknown) or '(none)'}",
-            f"graphfix calibrates with {', '.join(METHODS)}",
-            "pick one of them, or --method all",
-        )
+    if not isinstance(request, Request):
+        request = Request.make(request)
     fp32, notes = prepare(model, fold_bn)
     plan = qdq.plan(fp32, exclude_nodes=exclude_nodes, exclude_op_types=exclude_op_types)
     tensors = list(plan.activations)
@@ -135,49 +188,89 @@ def calibrate(
                                                       for o in n.output if o]
         tensors += [t for t in dict.fromkeys(named) if t not in set(tensors)]
     start = time.perf_counter()
-    histograms = per_tensor or any(m != "minmax" for m in methods)
-    collected = stats.collect(fp32, tensors, data, bins=bins, histograms=histograms,
+    collected = stats.collect(fp32, tensors, data, bins=bins, exact=request.exact,
                               memory_budget=memory_budget, providers=providers,
                               progress=progress)
     stats_seconds = time.perf_counter() - start
     notes += [collected.summary(), *collected.notes]
     notes += [f"not quantized: {where}: {why}" for where, why in plan.skipped]
+    plain = methods.plain_ranges(collected, request.options)
+    labels_wanted = list(request.labels())
+    if eval_data is not None and labels_wanted == ["auto"]:
+        labels_wanted += list(methods.AUTO_CHOICES)  # alternates, to confirm auto
+    readers = _readers(fp32, plan)
+    quantized = {t: collected[t] for t in plan.activations if t in collected}
     outcomes = []
-    for method in methods:
+    for label in labels_wanted:
         t0 = time.perf_counter()
-        options = {"p": percentile} if method == "percentile" else {}
-        amaxes = algorithms.compute_amaxes(collected, method, **options)
-        chosen: dict[str, str] = {}
-        if per_tensor:  # mse minimizes the very error compared here: leave it out
-            best = algorithms.best_per_tensor(collected, methods=PER_TENSOR_CHOICES)
-            amaxes = {name: value for name, (_, value) in best.items()}
-            chosen = {name: how for name, (how, _) in best.items()}
-        quantized = qdq.quantize(fp32, plan, amaxes)
-        provenance.attach(quantized, *provenance.read(fp32))  # fold-bn's merges, for check
-        outcomes.append(MethodOutcome(method if not per_tensor else f"{method}+per-tensor",
-                                      amaxes, quantized, time.perf_counter() - t0,
-                                      chosen_by_tensor=chosen))
-        if per_tensor:
-            break  # one per-tensor choice covers every method
+        if label in plain:
+            chosen = plain[label]
+        else:
+            chosen = methods.choose(collected, plain, request.choices(), label)
+        q = qdq.quantize(fp32, plan, chosen.amaxes)
+        provenance.attach(q, *provenance.read(fp32))  # fold-bn's merges, for check
+        clips = clipping.find(quantized, chosen, plain, readers)
+        outcomes.append(MethodOutcome(label, chosen.amaxes, q, time.perf_counter() - t0,
+                                      chosen_by_tensor=chosen.chosen, clips=clips))
     if eval_data is not None:
-        for i, outcome in enumerate(outcomes):
-            if progress:
-                progress(f"evaluating {outcome.method}", i, len(outcomes))
-            outcome.agreement = compare(fp32, outcome.model, eval_data, labels, providers)
-    return CalibrationResult(fp32, plan, collected, outcomes, _recommend(outcomes),
-                             stats_seconds, notes)
+        agreements = compare_many(fp32, {o.method: o.model for o in outcomes}, eval_data,
+                                  labels, providers, progress)
+        for outcome in outcomes:
+            outcome.agreement = agreements[outcome.method]
+    recommended = _recommend(outcomes)
+    notes += _evaluation_notes(outcomes, recommended, request)
+    return CalibrationResult(fp32, plan, collected, outcomes, recommended, stats_seconds,
+                             notes, request.labels())
+
+
+def _readers(model: onnx.ModelProto, plan: qdq.QuantPlan) -> dict[str, list[str]]:
+    """tensor -> the names of the nodes that read its DQ output (what --exclude-nodes
+    takes; a node without a name is named by its first output)."""
+    out: dict[str, list[str]] = {}
+    if plan.edges:
+        for tensor, key, _ in plan.edges:
+            out.setdefault(tensor, []).append(key)
+    else:
+        for node in model.graph.node:
+            for name in node.input:
+                if name in plan.activations:
+                    out.setdefault(name, []).append(node.name or node.output[0])
+    return {t: list(dict.fromkeys(keys)) for t, keys in out.items()}
 
 
 def _recommend(outcomes: list[MethodOutcome]) -> str:
-    """Highest accuracy when labels were given, then top-1 agreement, then SQNR; without
-    an evaluation, the first method asked for."""
+    """Without an evaluation, the first method asked for. With one: the highest accuracy
+    (when labels were given), then the highest output SQNR; results within
+    ACCURACY_MARGIN / SQNR_MARGIN_DB of the best count as equal, and the earliest such
+    outcome wins (auto first, then the order asked for). Top-1 agreement is shown, not
+    ranked: it says little about dense outputs (a text detector's probability map)."""
     judged = [o for o in outcomes if o.agreement is not None and o.agreement.samples]
     if not judged:
         return outcomes[0].method
+    if any(o.agreement.accuracy is not None for o in judged):
+        best = max(o.agreement.accuracy or 0.0 for o in judged)
+        judged = [o for o in judged if (o.agreement.accuracy or 0.0) >= best - ACCURACY_MARGIN]
+    def sqnr(o: MethodOutcome) -> float:
+        return -math.inf if math.isnan(o.agreement.sqnr_db) else o.agreement.sqnr_db
 
-    def key(o: MethodOutcome) -> tuple[float, float, float]:
-        a = o.agreement
-        return (a.accuracy if a.accuracy is not None else 0.0, a.top1_agreement,
-                a.sqnr_db if not np.isnan(a.sqnr_db) else -np.inf)
+    best = max(sqnr(o) for o in judged)
+    judged = [o for o in judged if sqnr(o) >= best - SQNR_MARGIN_DB]
+    return judged[0].method
 
-    return max(judged, key=key).method
+
+def _evaluation_notes(outcomes: list[MethodOutcome], recommended: str,
+                      request: Request) -> list[str]:
+    notes = []
+    asked = request.labels()
+    if recommended not in asked:
+        notes.append(f"the held-apart samples did not confirm {asked[0]}: {recommended} agrees "
+                     f"better with FP32 there, so the written model uses {recommended}")
+    constant = next((o.agreement for o in outcomes if o.agreement is not None
+                     and o.agreement.constant_outputs), None)
+    if constant is not None:
+        notes.append(
+            f"SQNR is not shown for {', '.join(constant.constant_outputs)}: the FP32 output "
+            f"is the same for all {constant.samples} evaluation samples (a head initialised "
+            "to zero, or inputs it ignores), so there is no signal to compare against; the "
+            "ranking uses the other outputs, accuracy and top-1 where there are any")
+    return notes

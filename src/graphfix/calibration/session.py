@@ -12,28 +12,38 @@ import numpy as np
 import onnx
 
 from graphfix.calibration import cache as cache_format
-from graphfix.calibration import qdq
-from graphfix.calibration.runner import METHODS, CalibrationResult, calibrate, prepare
+from graphfix.calibration import clipping, methods, qdq
+from graphfix.calibration.runner import CalibrationResult, Request, calibrate, prepare
 from graphfix.errors import GraphfixError
 from graphfix.runtime.data import CalibrationData, Preprocess, open_data
 
 DEFAULT_CACHE_TRT = "10.16"  # the newest documented TensorRT with implicit INT8 calibration
+MIN_BINS, MAX_BINS = 128, 16384
 
 
 @dataclass
 class Options:
-    method: str = "entropy"
-    percentile: float = 99.99
+    """The command's options. Making one checks the methods and their option values
+    (`runner.Request`), so a bad --method or --percentile fails before any work."""
+
+    method: str = methods.DEFAULT
+    method_options: dict[str, float] = field(default_factory=dict)  # flag -> value
     per_tensor: bool = False
     exclude_nodes: list[str] = field(default_factory=list)
     exclude_op_types: list[str] = field(default_factory=list)
     bins: int = 2048
     memory_budget: int | None = None
     trt: str | None = None
+    providers: tuple[str, ...] = ("cpu",)
+    request: Request = field(init=False)
 
-    @property
-    def methods(self) -> tuple[str, ...]:
-        return METHODS if self.method == "all" else (self.method,)
+    def __post_init__(self) -> None:
+        self.request = Request.make(self.method, self.method_options, self.per_tensor)
+        if not MIN_BINS <= self.bins <= MAX_BINS:
+            raise GraphfixError(f"--bins {self.bins} is out of range",
+                                f"the histogram needs {MIN_BINS} to {MAX_BINS} bins (entropy "
+                                f"searches from bin 128; the fine grid grows with bins)",
+                                "leave --bins at 2048 unless you know why")
 
 
 @dataclass
@@ -92,10 +102,10 @@ def _labels(path, key: str, held: CalibrationData | None) -> np.ndarray:
 def run(model: onnx.ModelProto, loaded: Loaded, options: Options, progress=None,
         for_cache: bool = False) -> CalibrationResult:
     result = calibrate(
-        model, loaded.calib, options.methods, eval_data=loaded.eval, labels=loaded.labels,
+        model, loaded.calib, options.request, eval_data=loaded.eval, labels=loaded.labels,
         exclude_nodes=options.exclude_nodes, exclude_op_types=options.exclude_op_types,
-        per_tensor=options.per_tensor, percentile=options.percentile, bins=options.bins,
-        memory_budget=options.memory_budget, progress=progress, every_tensor=for_cache,
+        bins=options.bins, memory_budget=options.memory_budget, progress=progress,
+        every_tensor=for_cache, providers=options.providers,
     )
     result.notes[:0] = loaded.notes
     return result
@@ -110,7 +120,7 @@ def write_outputs(result: CalibrationResult, out: Path, model_path: Path, cache:
     written = [f"{out} ({chosen.method})"]
     if cache is not None:
         version = _cache_trt(options.trt)
-        algorithm = cache_format.header_algorithm(chosen.method.split("+")[0])
+        algorithm = chosen.cache_algorithm
         text = cache_format.write_cache(chosen.amaxes, algorithm=algorithm,
                                         trt_version=version)
         io.write_text_atomic(cache, text)
@@ -124,11 +134,17 @@ def write_outputs(result: CalibrationResult, out: Path, model_path: Path, cache:
     return written
 
 
-def _cache_trt(text: str | None) -> str:
-    from graphfix.trt import installed_tensorrt_version, parse_target
+def target_version(text: str | None) -> str:
+    """--trt, else the installed TensorRT, else DEFAULT_CACHE_TRT (what --help says)."""
+    from graphfix.trt import installed_tensorrt_version
 
-    version = text or installed_tensorrt_version() or DEFAULT_CACHE_TRT
-    target = parse_target(version)
+    return text or installed_tensorrt_version() or DEFAULT_CACHE_TRT
+
+
+def _cache_trt(text: str | None) -> str:
+    from graphfix.trt import parse_target
+
+    target = parse_target(target_version(text))
     if target.at_least("11.0"):
         raise GraphfixError(
             f"no calibration cache for TensorRT {target.effective}",
@@ -144,7 +160,7 @@ def _doctor_notes(model: onnx.ModelProto, trt: str | None) -> list[str]:
     from graphfix.doctor import diagnose
     from graphfix.trt import parse_target
 
-    target = parse_target(trt)
+    target = parse_target(target_version(trt))
     findings = diagnose(model, target, only=["qdq"]).findings
     if not findings:
         return [f"graphfix doctor: no Q/DQ findings for {target.label()}"]
@@ -177,13 +193,15 @@ def quantize_from_cache(model: onnx.ModelProto, path: Path, options: Options) ->
 
 def summary(result: CalibrationResult, loaded: Loaded, written: list[str]) -> dict[str, Any]:
     return {
-        "schema": "graphfix.calibrate/1",
+        "schema": "graphfix.calibrate/2",
         "data": loaded.calib.describe() + (f"; evaluated on {loaded.eval.describe()}"
                                            if loaded.eval is not None else ""),
         "tensors": len(result.stats),
         "stats_seconds": round(result.stats_seconds, 3),
         "methods": [o.summary() for o in result.outcomes],
         "recommended": result.recommended,
+        "clipping": [c.to_json() for c in result.outcome().clips],
+        "clipping_threshold_db": clipping.LOSS_DB,
         "notes": result.notes,
         "written": written,
     }

@@ -6,23 +6,40 @@ no tensor is fused away) and keeps, per tensor, min, max, amax = max|x| and a
 histogram of |x| with `bins` equal bins on [0, amax]. Memory does not grow with
 the number of samples: each batch is reduced and dropped.
 
-Why the result does not depend on batch size or sample order: pass 1 (range)
-keeps only min/max over all elements, which are order free. Pass 2 bins |x|
-with fixed edges on [0, amax] (np.histogram with the same range for every
-batch decides each element's bin by its value alone) and adds the counts. So
-min/max/amax/count/hist are identical for any batching or order of the same
-samples, as long as onnxruntime itself computes the same values per sample.
+One pass over the data (the default): each batch updates min/max and a histogram
+of |x| on a fine grid of 2**15 buckets whose width is a power of two set by the
+largest |x| so far (`_Acc`); a batch that raises the max merges buckets pairwise,
+exactly. At the end every bucket goes to the `bins`-bin histogram on [0, amax] by
+its centre. A value is then at most 1/16 of a bin (at 2048 bins) from where an
+exact histogram on [0, amax] would put it, so only values that close to a bin edge
+can be counted in the neighbouring bin. minmax, percentile and mse move by at
+most a bin for it (test_stats); entropy's KL search need not: on a sparse tail
+its minimum can jump between far-apart clip points when single counts move,
+which is why `exact=True` exists.
+
+`exact=True`, two passes (what TensorRT-faithful entropy uses): pass 1 finds the
+range, pass 2 bins |x| with np.histogram on the final [0, amax], exactly the
+histogram NVIDIA's entropy search is defined on. It costs a second run of the
+model over the data.
+
+Why the result does not depend on batch size or sample order, either way: min/max
+are order free; the fine grid's buckets are floor(|x| / w) for a w fixed by the
+final max alone (merging pairs of floor(v / 2**s) gives floor(v / 2**(s+1))), and
+the exact histogram's edges are fixed by the final range. So min/max/amax/count/
+hist are identical for any batching or order of the same samples, as long as
+onnxruntime itself computes the same values per sample.
 
 Memory: the tensors are split into chunks whose activations for one batch
-(`activation_bytes`) fit `memory_budget`; each chunk runs its own two passes
+(`activation_bytes`) fit `memory_budget`; each chunk runs its own pass(es)
 with only its tensors as graph outputs. onnxruntime frees an intermediate after
 its last reader, so a run holds about the exposed tensors plus the few tensors
 in flight. A single tensor larger than the budget runs alone (a note says so).
 The budget bounds the exposed activations; the process peak is a small multiple
 of it (onnxruntime's output buffers, the arrays handed to Python, one |x|
-temporary). Measured on a chain of 40 tensors of 40 MB each: peak RSS growth
+temporary, and the fine grids: 256 KiB per tensor of the chunk). Measured on a
+chain of 40 tensors of 40 MB each (with the two-pass collection): peak RSS growth
 4.1 GB unchunked, 0.6 GB with a 200 MB budget (8 chunks), 0.24 GB with 40 MB.
-Each chunk costs two more runs over the data.
+Each chunk costs more runs over the data.
 
 Skipped tensors are not in the result; `Collected.skipped` says why for each:
 non-float types, tensors inside If/Loop/Scan bodies (an ONNX graph output can
@@ -112,25 +129,43 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}{'es' if word.endswith('s') else 's'}"
 
 
+FINE_BITS = 15  # fine buckets per tensor: 2**15, 8 to 16 per histogram bin at 2048 bins
+
+
 @dataclass
 class _Acc:
-    """Running state of one tensor across the two passes."""
+    """Running statistics of one tensor, updated batch by batch in one pass.
 
+    The histogram is kept on a fine grid that does not need the final range:
+    bucket k counts the |x| with floor(|x| / w) == k, w = 2**(exp - fine_bits),
+    where exp is the binary exponent of the largest |x| so far (every |x| < 2**exp).
+    When a later batch raises exp by d, pairs of buckets merge d times over
+    (w doubles, still a power of two), which is exactly the grid that batch's exp
+    would have given from the start. So the fine counts, like min/max, do not
+    depend on the order or batching of the samples. `result` maps each bucket to
+    the `bins`-bin histogram on [0, amax] by its centre.
+    """
+
+    fine_bits: int
     dtype: np.dtype | None = None
     lo: float = math.inf
     hi: float = -math.inf
     count: int = 0
     nonfinite: int = 0
-    hist: np.ndarray | None = field(default=None, repr=False)
+    exp: int | None = None
+    fine: np.ndarray | None = field(default=None, repr=False)
+    hist: np.ndarray | None = field(default=None, repr=False)  # exact collection only
 
     @property
     def amax(self) -> float:
         return max(abs(self.lo), abs(self.hi)) if self.count else 0.0
 
-    def add_range(self, arr: np.ndarray) -> None:
+    def add(self, arr: np.ndarray, histogram: bool) -> None:
         self.dtype = self.dtype or arr.dtype
         if arr.size == 0:
             return
+        if arr.dtype == np.float16:
+            arr = arr.astype(np.float32)
         lo, hi = arr.min(), arr.max()
         if not (np.isfinite(lo) and np.isfinite(hi)):
             finite = np.isfinite(arr)
@@ -141,26 +176,84 @@ class _Acc:
             lo, hi = arr.min(), arr.max()
         self.lo, self.hi = min(self.lo, float(lo)), max(self.hi, float(hi))
         self.count += int(arr.size)
+        if histogram:
+            self._bin(arr, max(-float(lo), float(hi)))
 
-    def add_hist(self, arr: np.ndarray, bins: int) -> None:
+    def add_exact(self, arr: np.ndarray, bins: int) -> None:
+        """Second pass of `exact` collection: np.histogram of |x| on the final [0, amax]."""
         if self.hist is None:
             self.hist = np.zeros(bins, np.int64)
         values = np.abs(arr.astype(np.float32) if arr.dtype == np.float16 else arr).ravel()
         if self.nonfinite:
             values = values[np.isfinite(values)]
-        amax = self.amax
-        if amax == 0:
+        if self.amax == 0:
             self.hist[0] += values.size
         else:
-            self.hist += np.histogram(values, bins=bins, range=(0.0, amax))[0]
+            self.hist += np.histogram(values, bins=bins, range=(0.0, self.amax))[0]
+
+    def _bin(self, values: np.ndarray, amax: float) -> None:
+        size = 1 << self.fine_bits
+        if self.fine is None:
+            self.fine = np.zeros(size, np.int64)
+        if amax == 0:
+            self.fine[0] += values.size
+            return
+        exp = math.frexp(amax)[1]  # amax < 2**exp
+        if self.exp is None or exp > self.exp:
+            self._grow(exp)
+        shift = self.fine_bits - self.exp  # |x| * 2**shift < 2**fine_bits, exactly
+        if values.dtype == np.float32 and abs(shift) > 120:
+            values = values.astype(np.float64)  # 2**shift outside float32's range
+        scaled = np.multiply(values, values.dtype.type(2.0**shift))
+        np.abs(scaled, out=scaled)
+        keys = np.empty(scaled.shape, np.intp)
+        np.copyto(keys, scaled, casting="unsafe")  # floor: every value is >= 0
+        self.fine += np.bincount(keys.reshape(-1), minlength=size)
+
+    def _grow(self, exp: int) -> None:
+        """Coarsen the fine grid for a larger exponent: merge 2**(exp - self.exp)
+        buckets into one (the counts at zero-width exp None are all in bucket 0)."""
+        if self.exp is not None:
+            step = exp - self.exp
+            total = int(self.fine.sum())
+            if step >= self.fine_bits:
+                self.fine[:] = 0
+                self.fine[0] = total
+            else:
+                merged = self.fine.reshape(-1, 1 << step).sum(axis=1)
+                self.fine[:] = 0
+                self.fine[:merged.size] = merged
+        self.exp = exp
+
+    def histogram(self, bins: int) -> np.ndarray:
+        """The counts of |x| over `bins` equal bins on [0, amax], each fine bucket
+        put in the bin that holds its centre (so a value moves by at most half a
+        bucket, 1/16 of a bin at 2048 bins, from where an exact histogram puts it)."""
+        if self.hist is not None:
+            return self.hist
+        if self.fine is None:
+            return np.zeros(bins, np.int64)
+        if self.exp is None or self.amax == 0:
+            out = np.zeros(bins, np.int64)
+            out[0] = int(self.fine.sum())
+            return out
+        centres = (np.arange(self.fine.size) + 0.5) * 2.0 ** (self.exp - self.fine_bits)
+        where = np.minimum((centres * (bins / self.amax)).astype(np.intp), bins - 1)
+        counts = np.bincount(where, weights=self.fine.astype(np.float64), minlength=bins)
+        return np.rint(counts).astype(np.int64)
 
     def result(self, name: str, bins: int) -> TensorStats:
-        hist = self.hist if self.hist is not None else np.zeros(bins, np.int64)
         return TensorStats(
             name=name, dtype=np.dtype(self.dtype or np.float32),
             min=self.lo if self.count else 0.0, max=self.hi if self.count else 0.0,
-            amax=self.amax, hist=hist, count=self.count, nonfinite=self.nonfinite,
+            amax=self.amax, hist=self.histogram(bins), count=self.count,
+            nonfinite=self.nonfinite,
         )
+
+
+def fine_bits(bins: int) -> int:
+    """Fine buckets (as a power of two) for `bins` histogram bins: at least 8 per bin."""
+    return max(FINE_BITS, (bins - 1).bit_length() + 4)
 
 
 def _classify(model, tensors, info, fed) -> tuple[list[str], dict[str, str]]:
@@ -269,6 +362,7 @@ def collect(
     providers: Sequence[str] = ("cpu",),
     progress: Progress | None = None,
     histograms: bool = True,
+    exact: bool = False,
 ) -> Collected:
     """Statistics of `tensors` over every batch of `data` (re-iterated once per pass).
 
@@ -277,8 +371,10 @@ def collect(
     `phase` reads "pass 2/4: histogram (12 tensors)", done/total count samples
     (total is 0 when `data` cannot tell its size). See the module docstring for
     the method; the result holds only float tensors, `.skipped` the others.
-    `histograms=False` skips pass 2 (minmax needs only the range): every `hist`
-    is then all zeros.
+    `histograms=False` keeps only the ranges (minmax needs nothing else): every
+    `hist` is then all zeros. `exact=True` makes two passes per chunk, the range
+    first and then np.histogram on [0, amax], for methods that must see exactly
+    TensorRT's histogram (see the module docstring).
     """
     if bins < 1:
         raise ValueError("bins must be positive")
@@ -291,14 +387,15 @@ def collect(
     keep, skipped = _classify(model, tensors, info, set(first))
     result = Collected()
     result.skipped = skipped
-    sizes = activation_bytes(model, keep, dict(first))
+    sizes = activation_bytes(model, keep, dict(first), info)
     result.chunks, result.notes = chunk_tensors(keep, sizes, memory_budget)
     inputs = {vi.name for vi in model.graph.input} & set(first)
     total = _total_samples(data)
-    per_chunk = 2 if histograms else 1
+    per_chunk = 2 if exact and histograms else 1
     npasses = per_chunk * len(result.chunks)
+    bits = fine_bits(bins)
     for c, chunk in enumerate(result.chunks):
-        accs = {t: _Acc() for t in chunk}
+        accs = {t: _Acc(bits) for t in chunk}
         session = None
         exposed = [t for t in chunk if t not in inputs]
         if exposed:
@@ -306,14 +403,20 @@ def collect(
         run = _Run(session, [t for t in chunk if t in inputs], exposed, data, total, progress,
                    model)
         label = _plural(len(chunk), "tensor")
-        result.samples = run.run(f"pass {per_chunk * c + 1}/{npasses}: range ({label})",
-                                 lambda n, a, accs=accs: accs[n].add_range(a))
-        if histograms:
-            run.run(f"pass {2 * c + 2}/{npasses}: histogram ({label})",
-                    lambda n, a, accs=accs: accs[n].add_hist(a, bins))
+        first_pass = "range" if per_chunk == 2 else "statistics"
+        result.samples = run.run(_phase(per_chunk * c + 1, npasses, f"{first_pass} ({label})"),
+                                 lambda n, a, accs=accs: accs[n].add(a, histograms and
+                                                                     not exact))
+        if per_chunk == 2:
+            run.run(_phase(per_chunk * c + 2, npasses, f"histogram ({label})"),
+                    lambda n, a, accs=accs: accs[n].add_exact(a, bins))
         del run, session
         for t in chunk:
             result[t] = accs[t].result(t, bins)
     result.passes = npasses
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _phase(number: int, passes: int, what: str) -> str:
+    return what if passes == 1 else f"pass {number}/{passes}: {what}"

@@ -163,7 +163,7 @@ def plan_group(group: Group, samples: Sequence[Mapping[str, np.ndarray]],
             plan.status[t] = f"not comparable ({why})"
         else:
             plan.pairs[t] = other
-    sizes = _sizes(plan, ref_feeds, cand_feeds)
+    sizes = _sizes(plan, ref_feeds, cand_feeds, ref_info, cand_info)
     plan.chunks, notes = chunk_tensors(list(plan.pairs), sizes, budget)
     plan.notes.extend(notes[:3])
     if len(notes) > 3:
@@ -207,14 +207,17 @@ def _static_mismatch(ref_elem: int, cand_elem: int) -> str:
     return "" if common_dtype(a, b) is not None else f"dtype {a} vs {b}"
 
 
-def _sizes(plan: Plan, ref_feeds: dict, cand_feeds: dict) -> dict[str, int]:
+def _sizes(plan: Plan, ref_feeds: dict, cand_feeds: dict, ref_info: dict,
+           cand_info: dict) -> dict[str, int]:
     """Bytes per pair: the larger of what each model's run must hold (0 when neither
     side is a run output)."""
     group = plan.group
     ref_run = [t for t in plan.pairs if t not in plan.ref_inputs]
     cand_run = [c for c in plan.pairs.values() if _cand_runs(plan, c)]
-    ref_bytes = activation_bytes(group.reference.model, ref_run, ref_feeds) if ref_run else {}
-    cand_bytes = activation_bytes(group.candidate.model, cand_run, cand_feeds) if cand_run else {}
+    ref_bytes = (activation_bytes(group.reference.model, ref_run, ref_feeds, ref_info)
+                 if ref_run else {})
+    cand_bytes = (activation_bytes(group.candidate.model, cand_run, cand_feeds, cand_info)
+                  if cand_run else {})
     return {t: max(ref_bytes.get(t, 0), cand_bytes.get(c, 0)) for t, c in plan.pairs.items()}
 
 

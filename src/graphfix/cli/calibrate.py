@@ -9,11 +9,9 @@ import numpy as np
 import typer
 from rich.table import Table
 
+from graphfix.calibration import methods
 from graphfix.cli.common import console, user_errors
 from graphfix.errors import GraphfixError
-
-METHOD_HELP = ("entropy (TensorRT's KL search), minmax, percentile, mse, or all (every "
-               "method from one statistics pass, compared on held-apart samples)")
 
 
 def calibrate_command(
@@ -31,10 +29,12 @@ def calibrate_command(
     batch_size: int = typer.Option(1, "--batch-size", min=1,
                                    help="Samples per onnxruntime run (results do not depend "
                                    "on it)."),
-    method: str = typer.Option("entropy", "--method", help=METHOD_HELP),
-    percentile: float = typer.Option(99.99, "--percentile", help="p for --method percentile."),
-    per_tensor: bool = typer.Option(False, "--per-tensor", help="Pick the best method per "
-                                    "tensor by simulated quantization error."),
+    method: str = typer.Option(methods.DEFAULT, "--method", help=methods.cli_help()),
+    percentile: float = typer.Option(methods.PERCENTILE.default, methods.PERCENTILE.flag,
+                                     help=f"For percentile (and auto): {methods.PERCENTILE.help}."),
+    per_tensor: bool = typer.Option(False, "--per-tensor", help="Pick per tensor, among the "
+                                    "methods given, the one with the lowest simulated INT8 "
+                                    "error (--method all --per-tensor is auto)."),
     output: Path = typer.Option(None, "-o", "--output", help="The Q/DQ model "
                                 "[default: MODEL.int8.onnx beside the input]."),
     cache: Path = typer.Option(None, "--cache", help="Also write the legacy TensorRT "
@@ -54,9 +54,11 @@ def calibrate_command(
     exclude_nodes: str = typer.Option("", "--exclude-nodes", help="Node names kept in float."),
     exclude_op_types: str = typer.Option("", "--exclude-op-types",
                                          help="Op types kept in float (e.g. Gemm,Add)."),
-    bins: int = typer.Option(2048, "--bins", min=128),
+    bins: int = typer.Option(2048, "--bins", help="Histogram bins (128 to 16384)."),
     memory_budget: str = typer.Option(None, "--memory-budget", help="Activation memory one "
                                       "onnxruntime run may expose, e.g. 512MB, 2GB."),
+    providers: str = typer.Option("cpu", "--providers", help="onnxruntime execution providers "
+                                  "for the statistics and the comparison, e.g. cuda,cpu."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Calibrate MODEL for INT8 and write a Q/DQ model TensorRT accepts."""
@@ -65,15 +67,16 @@ def calibrate_command(
     from graphfix.sizes import parse_bytes
 
     with user_errors(ctx):
+        options = session.Options(  # checks the methods and their options first
+            method=method, method_options={methods.PERCENTILE.flag: percentile},
+            per_tensor=per_tensor, exclude_nodes=_names(exclude_nodes),
+            exclude_op_types=_names(exclude_op_types), bins=bins,
+            memory_budget=parse_bytes(memory_budget) if memory_budget else None, trt=trt,
+            providers=tuple(_names(providers)),
+        )
         out = output or model.with_name(f"{model.stem}.int8.onnx")
         io.check_output_path(out, input_path=model)
         source = io.load(model)
-        options = session.Options(
-            method=method, percentile=percentile, per_tensor=per_tensor,
-            exclude_nodes=_names(exclude_nodes), exclude_op_types=_names(exclude_op_types),
-            bins=bins, memory_budget=parse_bytes(memory_budget) if memory_budget
-            else None, trt=trt,
-        )
         if from_cache is not None:
             written = session.quantize_from_cache(source, from_cache, options)
             io.save(written, out, input_path=model)
@@ -84,7 +87,7 @@ def calibrate_command(
                                 "give --data PATH (or --data-loader-script, or --from-cache)")
         loaded = session.load_data(source, data, data_key, preprocess, loader_script,
                                    max_samples, batch_size, eval_split, eval_data, eval_key,
-                                   labels, evaluate or method == "all")
+                                   labels, evaluate or len(options.request.labels()) > 1)
         with _bar() as bar:
             result = session.run(source, loaded, options, for_cache=cache is not None,
                                  progress=_Progress(bar))
@@ -133,7 +136,7 @@ def _names(text: str) -> list[str]:
 def _print(summary: dict) -> None:
     console.print(summary["data"], markup=False)
     table = Table(title="calibration methods", title_justify="left")
-    for col in ("method", "SQNR dB", "top-1 agreement", "accuracy", "time"):
+    for col in ("method", "SQNR dB", "top-1 agreement", "accuracy", "bad clips", "time"):
         table.add_column(col, justify="right" if col != "method" else "left")
     for row in summary["methods"]:
         acc = row.get("accuracy")
@@ -142,15 +145,33 @@ def _print(summary: dict) -> None:
             row["method"] + (" *" if row["method"] == summary["recommended"] else ""),
             _fmt(row.get("sqnr_db"), "{:.1f}"), _fmt(row.get("top1_agreement"), "{:.1%}"),
             f"{acc:.1%} (fp32 {ref:.1%})" if acc is not None else "-",
-            f"{row['seconds']:.2f} s",
+            str(row["clipped_tensors"]), f"{row['seconds']:.2f} s",
         )
     console.print(table)
     console.print(f"statistics: {summary['tensors']} tensors, {summary['stats_seconds']:.2f} s; "
                   f"recommended (*): {summary['recommended']}", markup=False)
+    for row in summary["methods"]:
+        if row.get("chosen"):
+            picked = ", ".join(f"{m} {n}" for m, n in row["chosen"].items())
+            console.print(f"{row['method']} chose per tensor: {picked}", markup=False)
     for note in summary["notes"]:
         console.print(f"note: {note}", markup=False)
+    _print_clips(summary)
     for path in summary["written"]:
         console.print(f"wrote {path}", markup=False)
+
+
+def _print_clips(summary: dict, shown: int = 10) -> None:
+    clips = summary["clipping"]
+    if not clips:
+        return
+    console.print(f"warning: {len(clips)} tensor(s) of the written model lose more than "
+                  f"{summary['clipping_threshold_db']:.2f} dB (one bit) of simulated SQNR "
+                  "against another method's range:", style="yellow", markup=False)
+    for clip in clips[:shown]:
+        console.print(f"  {clip['message']}", markup=False)
+    if len(clips) > shown:
+        console.print(f"  ... and {len(clips) - shown} more (all in --json)", markup=False)
 
 
 def _fmt(value, spec: str) -> str:

@@ -58,7 +58,8 @@ def _bytes(elem_type: int, dims: list | None) -> int | None:
 
 
 def activation_bytes(
-    model: onnx.ModelProto, tensors: Sequence[str], data_first_batch: dict[str, np.ndarray]
+    model: onnx.ModelProto, tensors: Sequence[str], data_first_batch: dict[str, np.ndarray],
+    info: dict[str, tuple[int, list]] | None = None,
 ) -> dict[str, int]:
     """Estimated bytes of each tensor for one batch shaped like `data_first_batch`.
 
@@ -66,9 +67,11 @@ def activation_bytes(
     ONNX shape inference with the inputs fixed to that batch's shapes. A tensor
     whose size inference cannot tell (data-dependent shapes, custom ops) is
     assumed as large as the largest known tensor of the model, or, when none is
-    known, as the whole batch: a conservative guess for chunking.
+    known, as the whole batch: a conservative guess for chunking. `info` is
+    `infer_tensor_info(model, data_first_batch)` when the caller has it already.
     """
-    info = infer_tensor_info(model, data_first_batch)
+    if info is None:
+        info = infer_tensor_info(model, data_first_batch)
     sizes = {name: _bytes(et, dims) for name, (et, dims) in info.items()}
     for name, arr in data_first_batch.items():
         sizes[name] = int(np.asarray(arr).nbytes)
