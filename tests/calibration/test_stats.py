@@ -138,8 +138,14 @@ def test_chunks_fit_the_budget_and_change_nothing(residual):
     assert sorted(t for c in chunked.chunks for t in c) == sorted(whole)
     assert all(sum(sizes[t] for t in c) <= budget for c in chunked.chunks)
     assert not chunked.notes
-    for name in whole:
-        assert _same(chunked[name], whole[name]), name
+    for name in whole:  # the fused kernels differ per chunk: equal up to float rounding
+        a, b = chunked[name], whole[name]
+        np.testing.assert_allclose([a.min, a.max, a.amax], [b.min, b.max, b.amax], rtol=1e-5)
+        assert a.count == b.count and np.abs(a.hist - b.hist).sum() <= 0.001 * b.count, name
+    exact = S.collect(model, tensors, data, memory_budget=budget, exact=True)
+    exact_whole = S.collect(model, tensors, data, exact=True)
+    for name in whole:  # without optimizations, exactly
+        assert _same(exact[name], exact_whole[name]), name
 
 
 def test_a_tensor_over_the_budget_runs_alone(residual):

@@ -17,15 +17,18 @@ import onnx
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 
-def session_options(basic: bool = False):
+def session_options(basic: bool = False, fast: bool = False):
     """graphfix's session options; `basic` turns on onnxruntime's BASIC graph
     optimizations (constant folding, Conv+BatchNorm/Add/Mul fusion), which only the
-    noise-floor measurement uses (`runtime.outputs`)."""
+    noise-floor measurement uses (`runtime.outputs`); `fast` turns on all of them
+    (layout changes, kernel fusions), for calibration statistics, where the values
+    matter up to float rounding and the time is most of the command's."""
     import onnxruntime as ort
 
+    levels = ort.GraphOptimizationLevel
     so = ort.SessionOptions()
-    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if basic
-                                   else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    so.graph_optimization_level = (levels.ORT_ENABLE_ALL if fast else
+                                   levels.ORT_ENABLE_BASIC if basic else levels.ORT_DISABLE_ALL)
     so.log_severity_level = 4  # errors are raised to graphfix, which says them
     # onnxruntime's memory-reuse planner takes seconds per session on graphs with
     # many small dynamic-shape tensors (1.6-2.0 s -> 0.2 s on SSDlite, bench/RESULTS.md);
@@ -42,7 +45,7 @@ def session_options(basic: bool = False):
 
 
 def make_session(model: onnx.ModelProto, providers: Sequence[str] = ("cpu",),
-                 basic: bool = False):
+                 basic: bool = False, fast: bool = False):
     """An onnxruntime InferenceSession for an in-memory model.
 
     Models over the 2 GB protobuf limit are written to a temporary directory with
@@ -56,14 +59,15 @@ def make_session(model: onnx.ModelProto, providers: Sequence[str] = ("cpu",),
         data = model.SerializeToString()
     except Exception:  # protobuf raises ValueError or EncodeError past the 2 GB limit
         data = None
+    options = session_options(basic, fast)
     if data is not None:
-        return ort.InferenceSession(data, sess_options=session_options(basic), providers=names)
+        return ort.InferenceSession(data, sess_options=options, providers=names)
     with tempfile.TemporaryDirectory(prefix="graphfix-ort-") as tmp:
         path = os.path.join(tmp, "model.onnx")
         big = onnx.ModelProto()
         big.CopyFrom(model)
         onnx.save_model(big, path, save_as_external_data=True, location="model.onnx.data")
-        return ort.InferenceSession(path, sess_options=session_options(basic), providers=names)
+        return ort.InferenceSession(path, sess_options=options, providers=names)
 
 
 def run_model(
