@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from graphfix.calibration.stats import total_samples
 from graphfix.runtime.measure import ratio_db
 from graphfix.runtime.session import make_session
 
@@ -73,7 +74,7 @@ def compare_many(
     constant = [True] * len(outputs)
     samples = ref_correct = 0
     classifier = True
-    total = getattr(data, "num_samples", 0)
+    total = total_samples(data)
     for feeds in data:
         refs = [np.asarray(r) for r in ref_session.run(outputs, dict(feeds))]
         floats = [r.dtype.kind == "f" for r in refs]

@@ -79,6 +79,22 @@ class QuantPlan:
     skipped: tuple[tuple[str, str], ...]
     edges: tuple[tuple[str, str, int], ...] = ()
 
+    def reader_keys(self, model: onnx.ModelProto) -> dict[str, list[str]]:
+        """Per activation, the keys of the nodes that read its DQ output (what
+        --exclude-nodes takes): the plan's edges, or every reader when it has none."""
+        out: dict[str, list[str]] = {}
+        if self.edges:
+            for tensor, key, _ in self.edges:
+                out.setdefault(tensor, []).append(key)
+        else:
+            wanted = set(self.activations)
+            for node in model.graph.node:
+                key = node.name or (node.output[0] if node.output else "")  # as node_key
+                for name in node.input:
+                    if name in wanted:
+                        out.setdefault(name, []).append(key)
+        return {t: list(dict.fromkeys(keys)) for t, keys in out.items()}
+
 
 def plan(model: onnx.ModelProto, *, exclude_nodes: Sequence[str] = (),
          exclude_op_types: Sequence[str] = ()) -> QuantPlan:

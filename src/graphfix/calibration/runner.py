@@ -198,7 +198,7 @@ def calibrate(
     labels_wanted = list(request.labels())
     if eval_data is not None and labels_wanted == ["auto"]:
         labels_wanted += list(methods.AUTO_CHOICES)  # alternates, to confirm auto
-    readers = _readers(fp32, plan)
+    readers = plan.reader_keys(fp32)
     quantized = {t: collected[t] for t in plan.activations if t in collected}
     outcomes = []
     for label in labels_wanted:
@@ -221,21 +221,6 @@ def calibrate(
     notes += _evaluation_notes(outcomes, recommended, request)
     return CalibrationResult(fp32, plan, collected, outcomes, recommended, stats_seconds,
                              notes, request.labels())
-
-
-def _readers(model: onnx.ModelProto, plan: qdq.QuantPlan) -> dict[str, list[str]]:
-    """tensor -> the names of the nodes that read its DQ output (what --exclude-nodes
-    takes; a node without a name is named by its first output)."""
-    out: dict[str, list[str]] = {}
-    if plan.edges:
-        for tensor, key, _ in plan.edges:
-            out.setdefault(tensor, []).append(key)
-    else:
-        for node in model.graph.node:
-            for name in node.input:
-                if name in plan.activations:
-                    out.setdefault(name, []).append(node.name or node.output[0])
-    return {t: list(dict.fromkeys(keys)) for t, keys in out.items()}
 
 
 def _recommend(outcomes: list[MethodOutcome]) -> str:

@@ -307,7 +307,8 @@ def _samples(feeds: dict[str, np.ndarray]) -> int:
     return int(shape[0]) if shape else 1
 
 
-def _total_samples(data: Iterable[dict[str, np.ndarray]]) -> int:
+def total_samples(data: Iterable[dict[str, np.ndarray]]) -> int:
+    """How many samples `data` holds, when it can tell (0 when not)."""
     if hasattr(data, "num_samples"):
         return int(data.num_samples)
     if isinstance(data, Sequence):
@@ -406,7 +407,7 @@ def collect(
     sizes = activation_bytes(model, keep, dict(first), info)
     result.chunks, result.notes = chunk_tensors(keep, sizes, memory_budget)
     inputs = {vi.name for vi in model.graph.input} & set(first)
-    total = _total_samples(data)
+    total = total_samples(data)
     per_chunk = 2 if exact and histograms else 1
     npasses = per_chunk * len(result.chunks)
     bits = fine_bits(bins)
