@@ -109,6 +109,20 @@ def test_a_range_that_grows_over_the_batches_merges_exactly():
     assert np.array_equal(one.hist, _fine_grid_histogram(x, 2048))
 
 
+def test_a_tensor_larger_than_a_binning_chunk_is_binned_whole(monkeypatch):
+    """Values are binned CHUNK at a time into a reused buffer: with a chunk of 1000
+    (a ragged last chunk, negatives truncated toward zero then folded) the histogram is
+    still the per-element one, and a second, smaller tensor does not see stale keys."""
+    monkeypatch.setattr(S, "CHUNK", 1000)
+    model = parse(ELEMENTWISE)
+    x = np.random.default_rng(8).standard_normal((N * 40 + 3, 8)).astype(np.float32)
+    got = S.collect(model, ["x", "r"], _batches(x, len(x), "x"))
+    assert np.array_equal(got["x"].hist, _fine_grid_histogram(x, 2048))
+    assert np.array_equal(got["r"].hist, _fine_grid_histogram(np.maximum(x, 0), 2048))
+    small = S.collect(model, ["x"], _batches(x[:5], 5, "x"))["x"]
+    assert np.array_equal(small.hist, _fine_grid_histogram(x[:5], 2048))
+
+
 def test_same_statistics_for_any_batch_size_and_order(residual):
     model, tensors, x = residual
     order = np.random.default_rng(2).permutation(N)

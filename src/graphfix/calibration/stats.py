@@ -57,8 +57,9 @@ tensors whose type shape inference cannot tell.
 from __future__ import annotations
 
 import math
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -138,7 +139,20 @@ def _plural(n: int, word: str) -> str:
 
 
 STEP_THREADS = 2  # threads that reduce one batch's tensors (see _Run.run)
+CHUNK = 1 << 18  # values binned at a time: the keys (2 MiB) stay in cache, memory stays flat
 FINE_BITS = 15  # fine buckets per tensor: 2**15, 8 to 16 per histogram bin at 2048 bins
+
+
+_local = threading.local()
+
+
+def _scratch(size: int) -> np.ndarray:
+    """This thread's buffer for bucket keys, reused across tensors and batches: a
+    fresh array per tensor costs a page fault per 4 KiB, which is measurable here."""
+    keys = getattr(_local, "keys", None)
+    if keys is None or keys.size < size:
+        keys = _local.keys = np.empty(max(size, 1), np.intp)
+    return keys
 
 
 @dataclass
@@ -213,11 +227,16 @@ class _Acc:
         shift = self.fine_bits - self.exp  # |x| * 2**shift < 2**fine_bits, exactly
         if values.dtype == np.float32 and abs(shift) > 120:
             values = values.astype(np.float64)  # 2**shift outside float32's range
-        scaled = np.multiply(values, values.dtype.type(2.0**shift))
-        np.abs(scaled, out=scaled)
-        keys = np.empty(scaled.shape, np.intp)
-        np.copyto(keys, scaled, casting="unsafe")  # floor: every value is >= 0
-        self.fine += np.bincount(keys.reshape(-1), minlength=size)
+        scale = values.dtype.type(2.0**shift)
+        flat = values.reshape(-1)
+        keys = _scratch(min(flat.size, CHUNK))
+        for start in range(0, flat.size, CHUNK):
+            part = flat[start:start + CHUNK]
+            out = keys[:part.size]
+            # the cast truncates toward zero, so abs afterwards gives floor(|x| * 2**shift)
+            np.multiply(part, scale, out=out, casting="unsafe")
+            np.abs(out, out=out)
+            self.fine += np.bincount(out, minlength=size)
 
     def _grow(self, exp: int) -> None:
         """Coarsen the fine grid for a larger exponent: merge 2**(exp - self.exp)
@@ -342,27 +361,41 @@ class _Run:
                 why, "give calibration data the model accepts (the values, ranges and dtypes "
                 "it was exported for)") from None
 
+    def _next(self, batches: Iterator[dict[str, np.ndarray]], done: int):
+        """The next batch and its exposed tensors (None after the last batch)."""
+        feeds = next(batches, None)
+        if feeds is None:
+            return None
+        return feeds, (self._run(feeds, done) if self.exposed else [])
+
     def run(self, phase: str, step: Callable[[str, np.ndarray], None]) -> int:
         """One pass; `step(name, array)` gets every tensor of every batch. Returns
         the samples seen.
 
-        While onnxruntime runs, both cores are busy; while the batch is reduced, one
-        would idle. So the tensors of a batch are reduced by STEP_THREADS threads (numpy's
-        ufuncs release the GIL), each tensor by one thread: `step` must touch only that
-        tensor's state. Measured on ResNet-50, 2 cores: the reduction of a batch took
-        about 30% less wall time."""
+        Two things overlap here. The tensors of a batch are reduced by STEP_THREADS
+        threads (numpy's ufuncs release the GIL), each tensor by one thread: `step` must
+        touch only that tensor's state. And while they reduce batch k, one more thread
+        reads batch k+1 and runs onnxruntime on it, so the cores onnxruntime leaves idle
+        (between its small ops, and while a batch is read from disk) do the reduction.
+        The cost: two batches' tensors are alive at once. Measured on ResNet-50, 2 cores:
+        see bench/RESULTS.md (issue 13)."""
         done = 0
         if self.progress:
             self.progress(phase, 0, self.total)
-        with ThreadPoolExecutor(STEP_THREADS) as pool:
-            for feeds in self.data:
+        batches = iter(self.data)
+        with ThreadPoolExecutor(STEP_THREADS) as pool, ThreadPoolExecutor(1) as ahead:
+            coming = ahead.submit(self._next, batches, done)
+            while (item := coming.result()) is not None:
+                feeds, outputs = item
+                samples = _samples(feeds)
+                coming = ahead.submit(self._next, batches, done + samples)
                 pairs = [(name, np.asarray(feeds[name])) for name in self.inputs]
-                if self.exposed:
-                    pairs += zip(self.exposed, self._run(feeds, done), strict=True)
+                pairs += zip(self.exposed, outputs, strict=True)
+                del item, outputs
                 for _ in pool.map(lambda pair: step(*pair), pairs):
                     pass
                 del pairs
-                done += _samples(feeds)
+                done += samples
                 if self.progress:
                     total = self.total if self.total == 0 or self.total >= done else done
                     self.progress(phase, done, total)
