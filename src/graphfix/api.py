@@ -18,9 +18,9 @@ from graphfix import io, provenance
 from graphfix.errors import GraphfixError
 from graphfix.passes.base import PassContext, RewriteBudget
 from graphfix.passes.bisect import Bisection, ProbeOutcome, bisect_rewrites
+from graphfix.passes.defaults import default_pipeline
 from graphfix.passes.manager import PassCallback, run_pipeline
 from graphfix.passes.pipeline import Pipeline, parse_pipeline
-from graphfix.passes.registry import DEFAULT_PIPELINE
 from graphfix.report import Report
 from graphfix.runtime.feeds import DEFAULT_SEED, graph_inputs, resolve_shapes
 from graphfix.runtime.outputs import OutputCheck
@@ -42,7 +42,7 @@ class Result:
 
 def run(
     model: ModelLike,
-    passes: str | Pipeline = DEFAULT_PIPELINE,
+    passes: str | Pipeline | None = None,
     check: bool = True,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     data: str | os.PathLike | None = None,
@@ -53,6 +53,7 @@ def run(
     on_pass_done: PassCallback | None = None,
     trt: str | None = None,
     max_rewrites: int | None = None,
+    plugin_rules: Sequence[str | os.PathLike] = (),
 ) -> Result:
     """Run a pipeline of passes, verifying after each (see `graphfix.passes.manager`).
 
@@ -63,14 +64,18 @@ def run(
     come from the data, else `input_shapes`, else axis 0 = 1, else a GraphfixError says
     what to pass.
     `trt` names the TensorRT version the model is prepared for ("8.6", "10", ...):
-    passes that depend on it (detect-unsupported) read it from their context.
+    passes that depend on it (detect-unsupported) read it from their context. `passes`
+    None is the default pipeline: `trt-prep`, and with `trt` first `migrate-plugins`,
+    `lower-unsupported` and `substitute-plugins{needed-only=true}`
+    (`graphfix.passes.defaults`). `plugin_rules` are user rule files (.py is executed,
+    .yaml) for substitute-plugins (`graphfix.plugins.user`).
     `max_rewrites` applies only the first N rewrites of the whole run (numbered in
     order over every pass, see `graphfix.passes.base.RewriteBudget`); the report lists
     them. `bisect` finds the first one that breaks the numbers.
     The output model's provenance (`graphfix.provenance`) is composed with the input's.
     """
     prepared = _prepare(model, passes, check, input_shapes, data, input_values, seed,
-                        providers, trt)
+                        providers, trt, plugin_rules)
     return _execute(prepared, max_rewrites, on_pass_start, on_pass_done)
 
 
@@ -84,13 +89,23 @@ class _Prepared:
     shapes: dict[str, tuple[int, ...]]
     output_check: OutputCheck
     trt: Any = None
+    plugin_rules: tuple[Any, ...] = ()
 
 
-def _prepare(model: ModelLike, passes: str | Pipeline, check: bool,
+def _prepare(model: ModelLike, passes: str | Pipeline | None, check: bool,
              input_shapes: Mapping[str, Sequence[int]] | None, data: str | os.PathLike | None,
              input_values: Mapping[str, InputValue] | None, seed: int,
-             providers: Sequence[str], trt: str | None) -> _Prepared:
+             providers: Sequence[str], trt: str | None,
+             plugin_rules: Sequence[str | os.PathLike] = ()) -> _Prepared:
+    if passes is None:
+        passes = default_pipeline(trt)
     pipeline = passes if isinstance(passes, Pipeline) else parse_pipeline(passes)
+    rules: list[Any] = []
+    if plugin_rules:
+        from graphfix.plugins.user import load_rules
+
+        for path in plugin_rules:
+            rules += load_rules(path)
     source = model if isinstance(model, onnx.ModelProto) else io.load(model)
     given = {k: tuple(int(d) for d in v) for k, v in (input_shapes or {}).items()}
     for spec in pipeline.pass_specs():
@@ -109,7 +124,7 @@ def _prepare(model: ModelLike, passes: str | Pipeline, check: bool,
         from graphfix.trt import parse_target
 
         target = parse_target(trt)
-    return _Prepared(source, pipeline, shapes, output_check, target)
+    return _Prepared(source, pipeline, shapes, output_check, target, tuple(rules))
 
 
 def _execute(prepared: _Prepared, max_rewrites: int | None,
@@ -118,7 +133,8 @@ def _execute(prepared: _Prepared, max_rewrites: int | None,
     source = prepared.source
     check = prepared.output_check
     ctx = PassContext(input_shapes=dict(prepared.shapes), trt=prepared.trt,
-                      samples=(dict(check.feeds),) if check.feeds else ())
+                      samples=(dict(check.feeds),) if check.feeds else (),
+                      plugin_rules=prepared.plugin_rules)
     if max_rewrites is not None:
         ctx.rewrites = RewriteBudget(max_rewrites)
     result_model, report = run_pipeline(
@@ -132,7 +148,7 @@ def _execute(prepared: _Prepared, max_rewrites: int | None,
 
 def bisect(
     model: ModelLike,
-    passes: str | Pipeline = DEFAULT_PIPELINE,
+    passes: str | Pipeline | None = None,
     on_probe: Callable[[ProbeOutcome], None] | None = None,
     **run_options: Any,
 ) -> Bisection:
@@ -154,7 +170,7 @@ def bisect(
     hooks = {k: run_options.pop(k) for k in ("on_pass_start", "on_pass_done")
              if k in run_options}
     options = {"input_shapes": None, "data": None, "input_values": None, "seed": DEFAULT_SEED,
-               "providers": ("cpu",), "trt": None}
+               "providers": ("cpu",), "trt": None, "plugin_rules": ()}
     unknown = set(run_options) - set(options)
     if unknown:
         raise TypeError(f"bisect() got unexpected keyword arguments {sorted(unknown)}")

@@ -63,6 +63,16 @@ def test_batched_nms_is_available_deprecated_then_removed():
     assert "removed in 11.0" in f.fact and f.fix == "replace it: INMSLayer"
 
 
+def test_plugin_input_count_is_checked_against_the_spec():
+    m = custom("ROIAlign_TRT", "", ("x", "rois"), ("y",), name="roi", output_height=7,
+               output_width=7, sampling_ratio=0, spatial_scale=0.25, mode=1,
+               coordinate_transformation_mode=1)
+    f = one(m, "10.1", "plugin-attribute")
+    assert "2 inputs where the plugin takes 3 (X, rois, batch_indices)" in f.message
+    ok = custom("ROIAlign_TRT", "", ("x", "rois", "idx"), ("y",), name="roi", output_height=7)
+    assert "plugin-attribute" not in {r for r, _ in rules(ok, "10.1")}
+
+
 def test_plugin_attributes_one_finding_listing_every_problem():
     m = nms(score_threshold=0, plugin_version="2")
     del m.graph.node[0].attribute[[a.name for a in m.graph.node[0].attribute].index(
@@ -73,7 +83,7 @@ def test_plugin_attributes_one_finding_listing_every_problem():
     assert "required iou_threshold (float32 (ONNX FLOAT)) is missing" in f.message
     assert "score_threshold is INT (the parser passes kINT32)" in f.message
     assert "INT->kINT32" in f.fact
-    assert f.fix.startswith("set each listed attribute with the ONNX type shown")
+    assert f.fix.startswith("give the node the plugin's inputs, set each listed attribute")
     assert one(nms(), "10.1", "plugin-available")  # and no plugin-attribute
     assert "plugin-attribute" not in {r for r, _ in rules(nms(), "10.1")}
 
@@ -97,12 +107,12 @@ def test_array_field_length_and_tensor_dtype():
 
 
 def test_deprecated_plugin_version_by_default():
-    m = custom("ROIAlign_TRT", "", name="roi")  # plugin_version defaults to "1"
+    m = custom("ROIAlign_TRT", "", ("x", "rois", "idx"), name="roi")  # plugin_version "1"
     f = one(m, "10.16", "plugin-deprecated")
     assert (f.severity, f.nodes) == ("warn", ("ROIAlign_TRT 'roi'",))
     assert f.fix.startswith('set the attribute plugin_version="2"')
     assert rules(m, "10.1") == [("plugin-available", "info")]
-    assert rules(custom("ROIAlign_TRT", "", plugin_version="2"), "10.16") == [
+    assert rules(custom("ROIAlign_TRT", "", ("x", "r", "i"), plugin_version="2"), "10.16") == [
         ("plugin-available", "info")]
     norm = custom("InstanceNormalization_TRT", "", name="inorm")  # v1 10.3, v2 10.12
     assert one(norm, "10.5", "plugin-deprecated").message.endswith("current: 2, 3")

@@ -13,6 +13,7 @@ from graphfix.cli.common import EXIT_INTERNAL, Settings
 from graphfix.cli.demo import demo_command
 from graphfix.cli.doctor import doctor_command
 from graphfix.cli.passes import passes_command
+from graphfix.cli.plugins import plugins_app
 from graphfix.cli.run import run_command
 
 app = typer.Typer(
@@ -49,6 +50,7 @@ app.command("demo")(demo_command)
 app.command("doctor")(doctor_command)
 app.command("calibrate")(calibrate_command)
 app.command("check")(check_command)
+app.add_typer(plugins_app, name="plugins")
 
 
 def main() -> None:

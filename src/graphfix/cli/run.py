@@ -21,7 +21,7 @@ from graphfix.cli.common import (
     user_errors,
 )
 from graphfix.errors import GraphfixError
-from graphfix.passes.defaults import DEFAULT_PIPELINE
+from graphfix.passes.defaults import DEFAULT_PIPELINE, TRT_PIPELINE, default_pipeline
 from graphfix.report import PassRecord, Report
 from graphfix.runtime.feeds import DEFAULT_SEED, parse_input_shape
 
@@ -38,9 +38,11 @@ def run_command(
         None, "-o", "--output", help="Where to write the result [default: <stem>.graphfix.onnx]."
     ),
     passes: str = typer.Option(
-        DEFAULT_PIPELINE, "--passes", "-p",
+        None, "--passes", "-p",
         help="Pipeline text: pass names separated by commas, options in braces, e.g. "
-        "'cleanup,fold-bn,fix-shapes{input=1x3x224x224}'. See `graphfix passes`.",
+        f"'cleanup,fold-bn,fix-shapes{{input=1x3x224x224}}'. See `graphfix passes`. "
+        f"[default: {DEFAULT_PIPELINE}; with --trt: {TRT_PIPELINE}]",
+        show_default=False,
     ),
     check: bool = typer.Option(
         True, "--check/--no-check",
@@ -84,6 +86,16 @@ def run_command(
         "depend on it read it, and after the pipeline the findings of `graphfix doctor` that "
         "still block parsing are printed (all findings in the JSON report).",
     ),
+    fail_on: str = typer.Option(
+        "error", "--fail-on",
+        help="With --trt: exit 1 when the result still has doctor findings at or above this "
+        "severity (error: the target will not parse it), after writing it; 'never' exits 0.",
+    ),
+    plugin_rules: list[Path] = typer.Option(
+        None, "--plugin-rules",
+        help="User plugin rules for substitute-plugins: a .py file (executed; it defines "
+        "RULES) or a .yaml file; repeatable. See docs/plugins.md.",
+    ),
     max_rewrites: int = typer.Option(
         None, "--max-rewrites", min=0,
         help="Apply only the first N rewrites of the whole run (numbered in order over all "
@@ -103,8 +115,14 @@ def run_command(
     from graphfix.passes.pipeline import parse_pipeline
 
     with user_errors(ctx):
+        from graphfix.cli.doctor import FAIL_ON
+
+        if fail_on not in FAIL_ON:
+            raise GraphfixError(f"--fail-on {fail_on!r} is not a severity",
+                                "run exits 1 when the result has a doctor finding at or above "
+                                "it", f"use one of: {', '.join(FAIL_ON)}")
         out = output or default_output(model)
-        pipeline = parse_pipeline(passes)
+        pipeline = parse_pipeline(passes if passes is not None else default_pipeline(trt))
         if dump_after and dump_after != "all":
             names = {s.name for s in pipeline.pass_specs()} | {str(s) for s in
                                                               pipeline.pass_specs()}
@@ -122,7 +140,8 @@ def run_command(
 
             options = dict(check=check, input_shapes=shapes, data=data,
                            input_values=input_values(input_value), seed=seed,
-                           providers=providers.split(","), trt=trt, max_rewrites=max_rewrites)
+                           providers=providers.split(","), trt=trt, max_rewrites=max_rewrites,
+                           plugin_rules=plugin_rules or ())
             run_bisect(model, source, pipeline, output, report, as_json, dump_after, options)
             return
         dumped: list[str] = []
@@ -140,6 +159,7 @@ def run_command(
                 on_pass_done=on_done,
                 trt=trt,
                 max_rewrites=max_rewrites,
+                plugin_rules=plugin_rules or (),
             )
         finally:
             if status:
@@ -186,6 +206,14 @@ def run_command(
             names = ", ".join(r.spec for r in rep.rolled_back)
             console.print(f"--strict: {names} rolled back", style="red")
             raise typer.Exit(EXIT_FAILED)
+        if diagnosis is not None and fail_on != "never":
+            worst = diagnosis.by_severity("error") + (diagnosis.by_severity("warn")
+                                                      if fail_on == "warn" else [])
+            if worst:
+                (err_console if as_json else console).print(
+                    f"exit 1: {len(worst)} doctor finding(s) at or above '{fail_on}' remain for "
+                    f"{diagnosis.target} (--fail-on never to exit 0)", markup=False)
+                raise typer.Exit(EXIT_FAILED)
 
 
 def _save_split(result, out: Path, model: Path) -> list[str]:

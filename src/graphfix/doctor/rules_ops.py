@@ -65,6 +65,11 @@ def _unsupported_fix(op: str, target: TrtTarget) -> str:
              if _num(v) > _num(target.version) and (row := parse_target(v).op(op)) is not None
              and row.supported]
     newer = f"TensorRT {later[0]} supports it; " if later else ""
+    from graphfix.plugins.lowering import lowering_for  # onnx-graphsurgeon, only when needed
+
+    if lowering_for(op, target) is not None:
+        return (f"{newer}otherwise lower-unsupported rewrites it into ops this version parses: "
+                f"graphfix run model.onnx --trt {target.effective} --passes lower-unsupported")
     return (f"{newer}otherwise rewrite that part of the model before export or "
             "implement the op as a TensorRT plugin")
 

@@ -15,16 +15,14 @@ Calls of model-local functions are left alone from TensorRT 9.0, which inlines t
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
-from functools import cache
 
 import onnx
 import onnx.defs
-from onnx import AttributeProto, TensorProto
 
 from graphfix.doctor.findings import ERROR, INFO, WARN, Finding
 from graphfix.doctor.view import ModelView, NodeRef
+from graphfix.plugins.nodes import problems as node_problems
 from graphfix.trt import (
     PluginSpec,
     TrtTarget,
@@ -38,9 +36,6 @@ IDS = ("plugin-available", "plugin-deprecated", "plugin-removed", "plugin-attrib
 
 _LOCAL_FUNCTIONS_FROM = "9.0"  # parser notes "local_functions": "supported from 9.0 EA"
 _PARSER_ATTRS = ("plugin_version", "plugin_namespace")  # read by the parser, as STRING
-_SPEC_TYPE = re.compile(r"(?i)(int32|float32|string|char/string)(?:\[(\w*)\])?(?=$|\s)")
-_FIELD_OF_SPEC = {"int32": "kINT32", "float32": "kFLOAT32", "string": "kCHAR",
-                  "char/string": "kCHAR"}
 
 
 def handles(ref: NodeRef, target: TrtTarget) -> bool:
@@ -103,7 +98,9 @@ def _status(spec: PluginSpec, version: str, refs: list[NodeRef],
     fact = (f"trt_plugins.json: {op} plugin versions {versions}; deprecated since "
             f"{spec.deprecated_since or '-'}, removed in {spec.removed_in or '-'}"
             + (f", replacement: {spec.replacement}" if spec.replacement else ""))
-    replace = f"replace it: {spec.replacement}" if spec.replacement else ""
+    migrate = _migrate(op, version, target)
+    replace = "; or ".join(t for t in (migrate, f"replace it: {spec.replacement}"
+                                       if spec.replacement else "") if t)
     if status == "removed":
         return Finding(
             "plugin-removed", ERROR,
@@ -133,9 +130,19 @@ def _status(spec: PluginSpec, version: str, refs: list[NodeRef],
             nodes=_nodes(refs), op=where,
             fact=f"trt_plugins.json: {op} version {version} deprecated since {since}",
             fix=(f"set the attribute plugin_version=\"{current[-1]}\" (check that its "
-                 "inputs and fields match)") if current else replace or "plan to replace it",
+                 "inputs and fields match)" + (f"; or {migrate}" if migrate else ""))
+            if current else replace or "plan to replace it",
         )
     return _available(spec, version, refs, target, fact)
+
+
+def _migrate(op: str, version: str, target: TrtTarget) -> str:
+    """The `migrate-plugins` command when graphfix has a standard ONNX form of the plugin."""
+    from graphfix.plugins.native import migration_for
+
+    form = migration_for(op, version)
+    return (f"graphfix run model.onnx --trt {target.effective} --passes migrate-plugins "
+            f"(standard ONNX: {form.native})") if form else ""
 
 
 def _available(spec: PluginSpec, version: str, refs: list[NodeRef], target: TrtTarget,
@@ -158,7 +165,7 @@ def _available(spec: PluginSpec, version: str, refs: list[NodeRef], target: TrtT
 
 
 def _attributes(spec: PluginSpec, ref: NodeRef, target: TrtTarget) -> Iterator[Finding]:
-    problems = _attribute_problems(spec, ref, target)
+    problems = node_problems(ref.node, spec, target)
     if not problems:
         return
     mapping = plugin_attribute_rules().get("attribute_mapping", "")
@@ -166,13 +173,14 @@ def _attributes(spec: PluginSpec, ref: NodeRef, target: TrtTarget) -> Iterator[F
                        + (f" since {a.since}" if a.since else "") for a in spec.attributes)
     yield Finding(
         "plugin-attribute", ERROR,
-        f"{spec.op_type} attributes TensorRT {target.effective} cannot use: "
+        f"{spec.op_type} node TensorRT {target.effective} cannot use as written: "
         + "; ".join(problems),
         nodes=(ref.label,), op=_qualified(ref.domain, spec.op_type),
         fact=f"trt_plugins.json {spec.op_type} fields: {fields or 'none listed'}; "
              f"onnx_parser_plugin_rules.attribute_mapping: {mapping}",
-        fix="set each listed attribute with the ONNX type shown (onnx.helper.make_node: "
-            "write floats as 1.0, not 1), and add the missing ones",
+        fix="give the node the plugin's inputs, set each listed attribute with the ONNX type "
+            "shown (onnx.helper.make_node: write floats as 1.0, not 1), and add the missing "
+            "ones (graphfix.plugins.nodes.plugin_node writes them typed)",
     )
 
 
@@ -213,78 +221,3 @@ def _local_function(domain: str, op: str, refs: list[NodeRef], target: TrtTarget
         fix="inline the local functions before parsing "
             "(onnx.inliner.inline_local_functions), or target TensorRT 9.0 or newer",
     )
-
-
-@cache
-def _mapping() -> tuple[dict[str, str], dict[str, str], frozenset[str]]:
-    """The parser's attribute mapping read from the data's text ("INT->kINT32, ...,
-    TENSOR->by dtype (FLOAT kFLOAT32, ...; INT64/UINT8/BOOL tensors rejected)"):
-    (ONNX attribute type -> field type, tensor dtype -> field type, rejected dtypes)."""
-    text = str(plugin_attribute_rules().get("attribute_mapping", ""))
-    by_attr = {a: f for a, f in re.findall(r"\b([A-Z]+)->(k[A-Z0-9]+)", text)}
-    tensor = re.search(r"TENSOR->by dtype \(([^;)]*);?\s*([^)]*)\)", text)
-    by_dtype = dict(re.findall(r"\b([A-Z0-9]+) (k[A-Z0-9]+)", tensor.group(1))) if tensor else {}
-    rejected = frozenset(re.findall(r"[A-Z0-9]+", tensor.group(2).split("tensors")[0])
-                         if tensor else ())
-    return by_attr, by_dtype, rejected
-
-
-def _given(attr: onnx.AttributeProto) -> tuple[str | None, int | None, str]:
-    """(plugin field type the parser makes of `attr`, value count, problem or "")."""
-    by_attr, by_dtype, rejected = _mapping()
-    if not by_attr:
-        return None, None, ""  # no mapping in the data: nothing to check against
-    kind = AttributeProto.AttributeType.Name(attr.type)
-    if attr.type == AttributeProto.TENSOR:
-        dtype = TensorProto.DataType.Name(attr.t.data_type)
-        if dtype in rejected:
-            return None, None, f"{attr.name} is a {dtype} TENSOR, which the parser rejects"
-        count = 1
-        for d in attr.t.dims:
-            count *= d
-        return by_dtype.get(dtype), count, ""
-    if kind not in by_attr:
-        return None, None, f"{attr.name} is {kind}, which the parser does not pass to plugins"
-    counts = {AttributeProto.INTS: len(attr.ints), AttributeProto.FLOATS: len(attr.floats)}
-    return by_attr[kind], counts.get(attr.type, 1), ""
-
-
-def _attribute_problems(spec: PluginSpec, ref: NodeRef, target: TrtTarget) -> list[str]:
-    """Every problem with the node's attributes against the spec, in the spec's order."""
-    problems: list[str] = []
-    given = {a.name: a for a in ref.node.attribute}
-    for name in _PARSER_ATTRS:
-        if name in given and given[name].type != AttributeProto.STRING:
-            problems.append(f"{name} must be a STRING attribute")
-    version = ref.attr("plugin_version")
-    if isinstance(version, bytes) and spec.versions and version.decode() not in spec.versions:
-        problems.append(f"plugin_version \"{version.decode()}\" is not one of the plugin's "
-                        f"versions ({', '.join(spec.versions)})")
-    for field in spec.attributes:
-        if field.name in _PARSER_ATTRS:
-            continue
-        exists = field.since is None or target.at_least(field.since)
-        attr = given.get(field.name)
-        if attr is None:
-            if field.required and exists:
-                problems.append(f"required {field.name} ({field.type}) is missing")
-            continue
-        if not exists:
-            problems.append(f"{field.name} is a field only from TensorRT {field.since}; "
-                            f"TensorRT {target.effective} does not pass it to the plugin")
-        made, count, problem = _given(attr)
-        match = _SPEC_TYPE.match(field.type)
-        if problem or match is None:
-            problems.extend([problem] if problem else [])
-            continue
-        want = _FIELD_OF_SPEC[match.group(1).lower()]
-        kind = AttributeProto.AttributeType.Name(attr.type)
-        if made is not None and made != want:
-            problems.append(f"{field.name} is {kind} (the parser passes {made}); the field is "
-                            f"{field.type}")
-        elif want != "kCHAR" and count is not None:
-            size = match.group(2)
-            wanted = 1 if size is None else int(size) if size.isdigit() else None
-            if wanted is not None and count != wanted:
-                problems.append(f"{field.name} has {count} values; the field is {field.type}")
-    return problems

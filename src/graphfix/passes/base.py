@@ -85,6 +85,9 @@ class PassContext:
     artifacts: dict[str, Any] = field(default_factory=dict)
     trt: Any = None  # the graphfix.trt.TrtTarget given with --trt, if any
     samples: tuple[Mapping[str, np.ndarray], ...] = ()
+    plugin_rules: tuple[Any, ...] = ()
+    """User rules for `substitute-plugins` (`graphfix.plugins.rules.Rule`), loaded from
+    --plugin-rules files by the caller."""
     rewrites: RewriteBudget | None = None
     """Counts rewrites over the whole run and stops them at a limit (`--max-rewrites`,
     `--bisect`); None: every rewrite is allowed and nothing is counted."""
@@ -111,7 +114,7 @@ class PassContext:
             setattr(self, name, value)
 
 
-_NOT_RESTORED = ("trt", "rewrites")
+_NOT_RESTORED = ("trt", "rewrites", "plugin_rules")
 LIMIT_REACHED = "rewrite limit reached"
 
 

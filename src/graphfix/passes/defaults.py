@@ -1,4 +1,16 @@
-"""The default pipeline's name, apart from the registry so the CLI can show it without
+"""The default pipelines' text, apart from the registry so the CLI can show it without
 importing every pass."""
 
 DEFAULT_PIPELINE = "trt-prep"
+# With --trt V and no --passes: plugins the target no longer ships go back to ONNX ops,
+# the usual preparation runs, then ops the target lacks are lowered to ops it has (native
+# ops first; after trt-prep, whose normalize-activations would fuse a lowered HardSwish
+# back), and only what neither can handle becomes a plugin node (needed-only: a plugin
+# chosen for speed is the user's call).
+TRT_PIPELINE = ("migrate-plugins,trt-prep,lower-unsupported,"
+                "substitute-plugins{needed-only=true}")
+
+
+def default_pipeline(trt: str | None) -> str:
+    """The pipeline `graphfix run` uses when --passes is not given."""
+    return TRT_PIPELINE if trt is not None else DEFAULT_PIPELINE

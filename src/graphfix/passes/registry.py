@@ -22,13 +22,16 @@ from graphfix.passes.fuse_conv_bias import FuseConvBias
 from graphfix.passes.fuse_conv_mul import FuseConvMul
 from graphfix.passes.fuse_pad_conv import FusePadConv
 from graphfix.passes.int64_to_int32 import Int64ToInt32
+from graphfix.passes.lower_unsupported import LowerUnsupported
 from graphfix.passes.merge_duplicates import MergeDuplicates
+from graphfix.passes.migrate_plugins import MigratePlugins
 from graphfix.passes.nms_for_trt import NmsForTrt
 from graphfix.passes.nms_to_plugin import NmsToPlugin
 from graphfix.passes.normalize_activations import NormalizeActivations
 from graphfix.passes.opset import Opset
 from graphfix.passes.plugin_to_nms import PluginToNms
 from graphfix.passes.split_nms import SplitNms
+from graphfix.passes.substitute_plugins import SubstitutePlugins
 from graphfix.passes.unfuse_contrib import UnfuseContrib
 
 PASSES: tuple[type[Pass], ...] = (
@@ -46,14 +49,17 @@ PASSES: tuple[type[Pass], ...] = (
     MergeDuplicates,
     UnfuseContrib,
     DetectUnsupported,
+    LowerUnsupported,
     Int64ToInt32,
     Opset,
     BoundNms,
     SplitNms,
     PluginToNms,
+    MigratePlugins,
     AddNms,
     NmsToPlugin,
     NmsForTrt,
+    SubstitutePlugins,
 )
 
 

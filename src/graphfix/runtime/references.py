@@ -204,45 +204,11 @@ def attributes(node: onnx.NodeProto) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- built-ins
 
 
-def _instance_norm_trt(node: onnx.NodeProto, opset: int) -> Decomposition:
-    """InstanceNormalization_TRT(x) -> InstanceNormalization(x, scales, bias, epsilon)
-    [-> LeakyRelu(alpha)], as the plugin's creator reads its fields: epsilon FLOAT (default 0),
-    scales and bias FLOATS or a FLOAT/FLOAT16 TENSOR (per channel, required), relu INT (the
-    activation runs when relu > 0), alpha FLOAT (slope below 0, default 0: a plain ReLU).
-    The plugin computes in float32 for float16 data too; from opset 15 so does this form
-    (Cast in, CastLike back)."""
-    attrs = attributes(node)
-    scales, bias = (np.asarray(attrs.get(k, ()), np.float32).ravel() for k in ("scales", "bias"))
-    if scales.size == 0 or scales.size != bias.size or len(node.input) != 1:
-        raise Unavailable(f"needs one input and scales and bias of one length "
-                          f"(got {scales.size} and {bias.size})")
-    y = node.output[0]
-    inits = [numpy_helper.from_array(scales, f"{y}_gf_scales"),
-             numpy_helper.from_array(bias, f"{y}_gf_bias")]
-    steps: list[tuple[str, list[str], dict[str, Any]]] = []
-    if opset >= 15:
-        steps.append(("Cast", [], {"to": onnx.TensorProto.FLOAT}))
-    steps.append(("InstanceNormalization", [inits[0].name, inits[1].name],
-                  {"epsilon": float(attrs.get("epsilon", 0.0))}))
-    if int(attrs.get("relu", 0)) > 0:
-        steps.append(("LeakyRelu", [], {"alpha": float(attrs.get("alpha", 0.0))}))
-    if opset >= 15:
-        steps.append(("CastLike", [node.input[0]], {}))
-    nodes, src = [], node.input[0]
-    for i, (op, extra, kw) in enumerate(steps):
-        dst = y if i == len(steps) - 1 else f"{y}_gf_{op.lower()}"
-        nodes.append(helper.make_node(op, [src, *extra], [dst], name=f"{node.name}/{op}", **kw))
-        src = dst
-    return Decomposition(nodes, inits)
-
-
-_BUILTIN: tuple[Registration, ...] = (
-    Registration(PLUGIN_DOMAIN, "InstanceNormalization_TRT", Decompose(_instance_norm_trt),
-                 ("1", "2", "3")),
-)
+_BUILTIN: tuple[Registration, ...] = ()  # TensorRT plugins' forms: graphfix.plugins.native
 # Packages above runtime/ that hold reference forms, each exposing `REFERENCES: tuple[
 # Registration, ...]`; imported by name on the first lookup (runtime/ imports none of them).
-_PROVIDERS: tuple[str, ...] = ("graphfix.nms.efficient", "graphfix.nms.ssd")
+_PROVIDERS: tuple[str, ...] = ("graphfix.nms.efficient", "graphfix.nms.ssd",
+                               "graphfix.plugins.native")
 _DEFAULT = References(_BUILTIN)
 _providers_loaded = False
 

@@ -27,6 +27,7 @@ Status = Literal["available", "deprecated", "removed", "unavailable"]
 CUSTOM_OP_CATEGORY = "trt-custom-op"
 _CUSTOM_OPS_FROM = "11.1"
 _PER_VERSION = re.compile(r"v(\d+)(?:_(\d+))?_deprecated_since")
+_VARIADIC = re.compile(r"\.\.|\sx\d|\*")  # "feature_map_0..3", "feature_maps x5"
 _ALIAS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -41,6 +42,16 @@ class PluginAttr:
     default: object | None
     meaning: str
     since: str | None = None  # TensorRT version that added the field, when the data says
+
+
+@dataclass(frozen=True)
+class PluginInput:
+    """One plugin input as the data lists it. `variadic` when the entry stands for several
+    tensors ("feature_map_0..3", "feature_maps x5"): the count is then not checked."""
+
+    name: str
+    optional: bool = False
+    variadic: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,14 @@ class PluginSpec:
     added_in: str | None = None
     alias_of: str | None = None
     interface: str = ""  # the TensorRT plugin interface, e.g. "IPluginV2DynamicExt"
+    inputs: tuple[PluginInput, ...] = ()  # () where the data lists none
+
+    def input_count(self) -> tuple[int, int] | None:
+        """(fewest, most) inputs a node may have; None when the data lists no inputs or
+        one entry stands for several tensors."""
+        if not self.inputs or any(i.variadic for i in self.inputs):
+            return None
+        return sum(not i.optional for i in self.inputs), len(self.inputs)
 
     def status_at(self, target: TrtTarget) -> Status:
         """"removed", "deprecated" or "available" at the target's version.
@@ -99,6 +118,11 @@ def plugin_for(op_type: str) -> PluginSpec | None:
     no attributes (the data describes them in one paragraph, kept as `description`).
     """
     return _specs().get(op_type)
+
+
+def all_specs() -> dict[str, PluginSpec]:
+    """Every plugin spec by op type (`plugin_for` of each); a copy."""
+    return dict(_specs())
 
 
 NMS_CATEGORY = "detection/NMS"
@@ -150,6 +174,9 @@ def _spec(entry: dict[str, Any]) -> PluginSpec:
         removed_in=leading_version(status.get("removed_in") or status.get("removed")),
         replacement=status.get("replacement") or status.get("native_replacement") or "",
         version_deprecations=_version_deprecations(status, entry["op_type"]),
+        inputs=tuple(PluginInput(i["name"], bool(i.get("optional", False)),
+                                 bool(_VARIADIC.search(i["name"])))
+                     for i in entry.get("inputs") or ()),
     )
 
 

@@ -1,0 +1,132 @@
+"""`graphfix plugins list | match | apply`: plugin substitution as a reviewable plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from graphfix.cli.common import console, user_errors
+
+plugins_app = typer.Typer(help="TensorRT plugin rules and specs: list them, match a model "
+                               "against them as an editable plan, apply the plan.",
+                          no_args_is_help=True)
+
+_RULES_HELP = ("A user rule file, .py (executed: it defines RULES) or .yaml; repeatable. "
+               "See docs/plugins.md.")
+
+
+def _rules(files: list[Path] | None):
+    from graphfix.plugins.substitute import builtin_rules
+    from graphfix.plugins.user import entry_point_rules, load_rules
+
+    rules = builtin_rules() + entry_point_rules()
+    for path in files or ():
+        rules += load_rules(path)
+    return rules
+
+
+@plugins_app.command("list")
+def list_command(
+    ctx: typer.Context,
+    trt: str = typer.Option(None, "--trt", help="Show each plugin's status at this TensorRT."),
+    plugin_rules: list[Path] = typer.Option(None, "--plugin-rules", help=_RULES_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """The substitution rules (built-in and user) and the plugin specs graphfix knows."""
+    with user_errors(ctx):
+        from graphfix.runtime.references import registered
+        from graphfix.trt import parse_target
+        from graphfix.trt.plugins import all_specs
+
+        target = parse_target(trt) if trt else None
+        rules = _rules(plugin_rules)
+        checkable = {e.op_type for e in registered()}
+        rows = []
+        for rule in rules:
+            useful = ("plugin unavailable" if rule.plugin_status(target) else
+                      "not needed (native)" if rule.native_support(target) else "applies")
+            rows.append({"rule": rule.name, "matches": f"{rule.domain or 'ai.onnx'}::"
+                         f"{rule.anchor}", "plugin": rule.plugin, "source": rule.source,
+                         "at_target": useful if target else "", "summary": rule.summary})
+        specs = []
+        for name, spec in sorted(all_specs().items()):
+            specs.append({"plugin": name, "versions": list(spec.versions),
+                          "status": spec.status_at(target) if target else "",
+                          "deprecated_since": spec.deprecated_since,
+                          "removed_in": spec.removed_in,
+                          "reference": name in checkable,
+                          "fields": [f"{a.name}: {a.type}" for a in spec.attributes]})
+    if as_json:
+        print(json.dumps({"target": target.effective if target else None, "rules": rows,
+                          "plugins": specs}, indent=2))
+        return
+    table = Table(title="substitution rules" + (f" at {target.label()}" if target else ""))
+    for col in ("rule", "matches", "plugin", "source") + (("at target",) if target else ()):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["rule"], r["matches"], r["plugin"], r["source"],
+                      *([r["at_target"]] if target else []))
+    console.print(table)
+    table = Table(title="plugin specs (trt_plugins.json)")
+    for col in ("plugin", "versions", "status" if target else "deprecated / removed",
+                "checkable on CPU"):
+        table.add_column(col)
+    for s in specs:
+        status = s["status"] if target else (f"{s['deprecated_since'] or '-'} / "
+                                             f"{s['removed_in'] or '-'}")
+        table.add_row(s["plugin"], ", ".join(s["versions"]), status,
+                      "yes" if s["reference"] else "no")
+    console.print(table)
+
+
+@plugins_app.command("match")
+def match_command(
+    ctx: typer.Context,
+    model: Path = typer.Argument(..., help="The ONNX model (never modified)."),
+    output: Path = typer.Option(..., "-o", "--output", help="Where to write the plan (YAML)."),
+    trt: str = typer.Option(None, "--trt", help="TensorRT version the plan is for."),
+    force: bool = typer.Option(False, "--force", help="Match even where the target parses "
+                                                      "the op natively."),
+    plugin_rules: list[Path] = typer.Option(None, "--plugin-rules", help=_RULES_HELP),
+) -> None:
+    """Write which nodes each rule would replace, by which plugin, with which attributes."""
+    with user_errors(ctx):
+        from graphfix import io
+        from graphfix.plugins.plan import match
+        from graphfix.trt import parse_target
+
+        target = parse_target(trt) if trt else None
+        plan = match(io.load(model), _rules(plugin_rules), target, force=force)
+        io.write_text_atomic(output, plan.to_yaml())
+    console.print(f"wrote {output}: {len(plan.entries)} substitution(s), "
+                  f"{len(plan.skipped)} candidate(s) left alone", markup=False)
+    for s in plan.skipped:
+        console.print(f"  left alone: {s['node']}: {s['reason']}", markup=False)
+
+
+@plugins_app.command("apply")
+def apply_command(
+    ctx: typer.Context,
+    model: Path = typer.Argument(..., help="The ONNX model (never modified)."),
+    plan: Path = typer.Argument(..., help="A plan from `graphfix plugins match`, edited or not."),
+    output: Path = typer.Option(..., "-o", "--output", help="Where to write the model."),
+    trt: str = typer.Option(None, "--trt", help="TensorRT version to validate fields for."),
+    plugin_rules: list[Path] = typer.Option(None, "--plugin-rules", help=_RULES_HELP),
+) -> None:
+    """Apply a plan: every entry's plugin node, validated against the plugin's spec."""
+    with user_errors(ctx):
+        from graphfix import io
+        from graphfix.plugins.plan import apply_plan, read
+        from graphfix.trt import parse_target
+
+        io.check_output_path(output, input_path=model, in_place=False)
+        source = io.load(model)
+        target = parse_target(trt) if trt else None
+        result, done = apply_plan(source, read(plan), _rules(plugin_rules), target)
+        io.save(result, output, input_path=model)
+    for line in done:
+        console.print(line, markup=False)
+    console.print(f"wrote {output} ({len(done)} substitution(s))", markup=False)

@@ -1,0 +1,233 @@
+"""lower-unsupported: rewrite ops the TensorRT target cannot parse into ops it parses.
+
+    Op(x, ...) -> its exact ONNX decomposition       (graphfix.plugins.lowering, `LOWERINGS`)
+
+A node is lowered when the target's operator table (`ctx.trt`, from `graphfix run --trt`)
+does not list its op, lists it as unsupported, or supports it with restrictions this
+node meets (Einsum with an ellipsis where the row excludes ellipses; LayerNormalization
+whose Mean/InvStdDev are read where only `Y` is supported; InstanceNormalization with
+non-initializer scale/B or a rank outside the row's range) -- and when every op of the
+decomposition is one the target parses, directly or lowered in turn (HardSwish ->
+HardSigmoid -> Mul/Add/Min/Max). Otherwise the node stays, with a note saying why. The
+option `ops` lowers the op types it names whatever the target says (without a target the
+emitted ops are not checked); without a target or `ops` the pass changes nothing.
+
+ReduceX ops whose axes come as an input are not rewritten here. Axes moved from an
+attribute to an input in the opset where the schema says so (ReduceSum 13, the others
+18). A target whose newest parsed opset predates that cannot read the input, but such a
+model's opset is also outside the parser's range: the fix is the `opset` pass
+(`opset{version=N}`, onnx.version_converter, which moves constant axes back into the
+attribute), because writing the attribute form into an opset-18 model would make it
+invalid for its declared opset. A target whose row says "`axes` must be an initializer"
+gets a note when the axes are not one: `fold-constants` makes a constant expression an
+initializer, and axes computed at run time have no static form. Both are notes.
+
+Lowered nodes keep their output tensors (the last node of a decomposition writes them),
+so names and dtypes are kept; the disconnected nodes are left for `cleanup`. Each
+lowering, with the lowerings of the ops it emitted, is one rewrite for a rewrite budget.
+Run it after `normalize-activations`, which fuses x * HardSigmoid(x) back into HardSwish.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import onnx
+import onnx_graphsurgeon as gs
+
+from graphfix.errors import GraphfixError
+from graphfix.graph import all_graphs, is_onnx, names_in_use, node_label, opset_of
+from graphfix.passes._unfuse_emit import float_dtype
+from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
+from graphfix.plugins.lowering import (
+    LOWERINGS,
+    Emit,
+    Env,
+    apply,
+    emitted_ops,
+    parses,
+    unavailable,
+)
+
+REDUCE_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+              "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
+FORCED = "forced by the option ops"
+
+
+@dataclass(frozen=True)
+class LowerUnsupportedOptions:
+    """`ops`: op types to lower whatever the target says, separated by '+' in pipeline
+    text (`lower-unsupported{ops=Gelu+LayerNormalization}`; commas separate options
+    there) or by commas in Python."""
+
+    ops: str = ""
+
+    def __post_init__(self) -> None:
+        unknown = sorted(self.forced - set(LOWERINGS))
+        if unknown:
+            raise GraphfixError(
+                f"Option 'ops' of pass 'lower-unsupported' names {', '.join(unknown)}",
+                f"graphfix lowers only {', '.join(LOWERINGS)}",
+                "write for example lower-unsupported{ops=Gelu+LayerNormalization}",
+            )
+
+    @property
+    def forced(self) -> frozenset[str]:
+        return frozenset(n.strip() for n in self.ops.replace("+", ",").split(",") if n.strip())
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A node to lower: how, and the ops that creates."""
+
+    emit: Emit
+    ops: tuple[str, ...]
+
+
+class LowerUnsupported(Pass):
+    """Lower LayerNormalization, GroupNormalization (opset 18 per group, 21 per channel),
+    InstanceNormalization, Gelu (none, tanh), HardSwish, HardSigmoid, Mish, Softplus and
+    matrix-multiply Einsum equations into ops the `--trt` target parses.
+
+    Handles any LayerNormalization axis (a positive one needs the input's rank),
+    stash_type (Cast in and out when it differs from the input type), an absent bias,
+    read Mean/InvStdDev outputs; float16 models (constants in the model's type); If/Loop/
+    Scan bodies. Notes, without a change: the target parses the node natively; the node
+    has no exact decomposition (an Einsum that is not a matrix multiply, an unknown float
+    type or rank); an emitted op the target cannot parse; ReduceX axes the target cannot
+    read (module docstring); an op the target lacks that has no lowering at all; no
+    target and no `ops`.
+    """
+
+    name = "lower-unsupported"
+    summary = ("Rewrite ops the --trt target cannot parse (LayerNormalization, GroupNorm, "
+               "Gelu, Mish, HardSwish, Einsum, ...) into exact decompositions it parses; "
+               "option ops=A+B forces op types.")
+    Options = LowerUnsupportedOptions
+    option_syntax = "ops=OP+OP (op types lowered whatever --trt says, e.g. ops=Gelu+Mish)"
+    counts_rewrites = True
+
+    def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
+        result = PassResult(changed=False)
+        target, forced = ctx.trt, self.options.forced
+        if target is None and not forced:
+            result.notes.append(Note("graph", "no TensorRT target: give one (graphfix run "
+                                     "--trt 8.4), or name op types with lower-unsupported"
+                                     "{ops=...}"))
+            return result
+        opset, names = opset_of(graph), names_in_use(graph)
+        for g in list(all_graphs(graph)):
+            for node in [n for n in g.nodes if n.outputs and is_onnx(n)]:
+                env = Env(g, opset, float_dtype(node.inputs[0]) if node.inputs else None)
+                checked = _check(node, env, target, forced)
+                if checked is None:
+                    continue
+                if isinstance(checked, str):
+                    result.notes.append(Note(node_label(node), checked))
+                elif not ctx.allow_rewrite(self.name, f"{node_label(node)} into "
+                                                      f"{', '.join(dict.fromkeys(checked.ops))}"):
+                    result.notes.append(Note(node_label(node), LIMIT_REACHED))
+                else:
+                    _lower(node, checked, env, names, target, forced, result)
+        result.changed = bool(result.counts)
+        result.notes.extend(_opset_note(opset, target))
+        if not result.changed and not result.notes:
+            what = f"for {target.label()}" if target is not None else "of the forced op types"
+            result.notes.append(Note("graph", f"no node to lower {what}"))
+        return result
+
+
+def _check(node: gs.Node, env: Env, target, forced: frozenset[str]) -> _Plan | str | None:
+    """What to do with one node: a plan, a note, or None (nothing to say)."""
+    lowering = LOWERINGS.get(node.op)
+    if node.op in forced:
+        why = FORCED
+    elif target is None:
+        return None
+    elif lowering is None:
+        return _no_lowering(node, env, target)
+    else:
+        row = target.op(node.op)
+        if row is not None and row.supported:
+            why = lowering.restricted(node, env, row.restrictions) if row.restrictions else None
+            if why is None:
+                return f"{target.label()} parses it natively"
+        else:
+            why = (f"{target.label()} " + ("does not list it" if row is None
+                                           else "lists it as unsupported"))
+    assert lowering is not None, "forced ops are checked by the options"
+    emit = lowering.plan(node, env)
+    if isinstance(emit, str):
+        return f"{why}, but it has no exact lowering: {emit}"
+    ops = emitted_ops(emit, env)
+    missing = unavailable(ops, target) if target is not None else []
+    if missing:
+        return (f"{why}, but its lowering emits {', '.join(missing)}, which "
+                f"{target.label()} neither parses nor can lower")
+    return _Plan(emit, ops)
+
+
+def _lower(node: gs.Node, plan: _Plan, env: Env, names: set[str], target,
+           forced: frozenset[str], result: PassResult) -> None:
+    """Apply the plan, then lower the emitted nodes the target cannot parse (or forced)."""
+    op = node.op
+    for new in apply(node, plan.emit, env, names):
+        if new.op in forced or (target is not None and not parses(target, new.op)):
+            sub_env = Env(env.graph, env.opset, float_dtype(new.inputs[0]))
+            checked = _check(new, sub_env, target, forced)
+            if isinstance(checked, _Plan):
+                _lower(new, checked, sub_env, names, target, forced, result)
+            elif checked:
+                result.notes.append(Note(node_label(new), checked))
+    result.counts[f"lowered {op} into {', '.join(dict.fromkeys(plan.ops))}"] += 1
+
+
+def _no_lowering(node: gs.Node, env: Env, target) -> str | None:
+    if node.op in REDUCE_OPS:
+        return _reduce_axes(node, env, target)
+    if parses(target, node.op):
+        return None
+    return f"{target.label()} does not parse it, and graphfix has no exact lowering for it"
+
+
+@cache
+def _axes_input_since(op: str) -> int | None:
+    """The first opset in which `op` takes its axes as an input (ONNX's schemas)."""
+    for version in range(1, onnx.defs.onnx_opset_version() + 1):
+        try:
+            schema = onnx.defs.get_schema(op, version)
+        except onnx.defs.SchemaError:
+            continue
+        if any(i.name == "axes" for i in schema.inputs):
+            return schema.since_version
+    return None
+
+
+def _reduce_axes(node: gs.Node, env: Env, target) -> str | None:
+    """Why the target cannot read this ReduceX's axes input (module docstring), or None."""
+    if len(node.inputs) < 2 or node.inputs[1].is_empty():
+        return None
+    since = _axes_input_since(node.op)
+    bounds = target.opset_range
+    if since is not None and bounds is not None and bounds[1] < since:
+        return (f"its axes are an input (from opset {since}), which {target.label()} cannot "
+                f"read: it parses opsets up to {bounds[1]}, where {node.op} takes axes as an "
+                f"attribute; opset{{version={bounds[1]}}} converts the model and moves constant "
+                f"axes into the attribute (not done here: the model declares opset {env.opset})")
+    row = target.op(node.op)
+    text = row.restrictions if row is not None else ""
+    if "`axes` must be an initializer" in text and not isinstance(node.inputs[1], gs.Constant):
+        return (f"its axes input is not an initializer, and the table says: {text}; "
+                "fold-constants makes a constant expression one, axes computed at run time "
+                "have no static form")
+    return None
+
+
+def _opset_note(opset: int, target) -> list[Note]:
+    bounds = target.opset_range if target is not None else None
+    if bounds is None or opset <= bounds[1]:
+        return []
+    return [Note("graph", f"the model's opset {opset} is above the {bounds[1]} that "
+                          f"{target.label()} parses; run opset{{version={bounds[1]}}} after "
+                          "this pass")]

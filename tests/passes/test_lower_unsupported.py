@@ -1,0 +1,519 @@
+"""lower-unsupported: exact ops after, onnxruntime numerics (the original op run by
+onnxruntime with its optimizations off), checker, idempotence, and every note.
+
+The lowerings themselves (Einsum parsing, the op table, doctor's fix text) are tested in
+tests/plugins/test_lowering.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from gfhelpers import apply, assert_idempotent, assert_same_outputs, feeds_for, ops, output_types
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from graphfix.api import run as api_run
+from graphfix.doctor import diagnose
+from graphfix.errors import GraphfixError
+from graphfix.graph import fingerprint, to_graph
+from graphfix.passes.base import LIMIT_REACHED, PassContext, RewriteBudget
+from graphfix.passes.lower_unsupported import LowerUnsupported, LowerUnsupportedOptions
+from graphfix.passes.pipeline import parse_pipeline
+from graphfix.passes.registry import PASSES
+from graphfix.report import APPLIED
+from graphfix.runtime.session import run_model
+from graphfix.trt import parse_target
+
+F, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
+NORM = ["ReduceMean", "Sub", "Mul", "ReduceMean", "Add", "Sqrt", "Div"]
+NORM_KEY = "ReduceMean, Sub, Mul, Add, Sqrt, Div"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _vi(name: str, shape, elem: int = F) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _w(name: str, shape, dtype=np.float32, seed: int = 0) -> onnx.TensorProto:
+    value = np.random.default_rng(seed).standard_normal(shape) * 0.5 + 1.0
+    return numpy_helper.from_array(value.astype(dtype), name)
+
+
+def _model(nodes, inputs, outputs, inits=(), opset: int = 17, checked=True) -> onnx.ModelProto:
+    """A model at `opset`; `checked`: it must pass the full checker (the checker rejects
+    GroupNormalization-18, which ONNX deprecated in opset 21 and onnxruntime still runs)."""
+    graph = helper.make_graph(nodes, "test", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    if checked:
+        onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _ctx(trt: str | None) -> PassContext:
+    return PassContext(trt=parse_target(trt) if trt else None)
+
+
+def _feeds(model: onnx.ModelProto, scale: float = 1.0, seed: int = 0) -> dict[str, np.ndarray]:
+    return {k: (v * scale).astype(v.dtype) for k, v in feeds_for(model, seed).items()}
+
+
+def _lowers(model, trt, expected_ops, counts, notes=(), options=None, feed_sets=None,
+            rtol=1e-5, atol=1e-6) -> onnx.ModelProto:
+    """Ops, counts, notes, checker (in apply), output names and types, numerics against
+    onnxruntime running the original op, and a second run that changes nothing."""
+    pass_ = LowerUnsupported(options)
+    out, result = apply(pass_, model, _ctx(trt))
+    assert result.changed
+    assert dict(result.counts) == counts
+    assert [(n.subject, n.reason) for n in result.notes] == list(notes)
+    assert ops(out) == expected_ops
+    assert output_types(out) == output_types(model)
+    for feeds in feed_sets or [_feeds(model)]:
+        assert_same_outputs(model, out, feeds, rtol=rtol, atol=atol)
+    assert_idempotent(pass_, out, _ctx(trt))
+    return out
+
+
+def _stays(model, trt, notes, options=None) -> None:
+    """Nothing changes, and the notes are exactly these."""
+    graph = to_graph(model)
+    before = fingerprint(graph)
+    result = LowerUnsupported(options).run(graph, _ctx(trt))
+    assert not result.changed
+    assert not result.counts
+    assert [(n.subject, n.reason) for n in result.notes] == list(notes)
+    assert fingerprint(graph) == before
+
+
+def _opset_note(opset: int, trt: str, high: int = 17) -> tuple[str, str]:
+    return ("graph", f"the model's opset {opset} is above the {high} that TensorRT {trt} "
+                     f"parses; run opset{{version={high}}} after this pass")
+
+
+# ----------------------------------------------------------------------------- LayerNormalization
+
+
+def _layer_norm(shape, axis, elem=F, bias=True, outputs=("y",), opset=17, **attrs):
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
+    norm = shape[axis:] if axis >= 0 else shape[len(shape) + axis:]
+    inits = [_w("s", norm, dtype)] + ([_w("b", norm, dtype, seed=1)] if bias else [])
+    names = ["y", "mean" if "mean" in outputs else "", "inv" if "inv" in outputs else ""]
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("LayerNormalization", ["x", "s"] + (["b"] if bias else []), names,
+                            name="ln", axis=axis, **attrs)
+    stash = attrs.get("stash_type", 1)
+    stat_shape = [d if i < (axis % len(shape)) else 1 for i, d in enumerate(shape)]
+    outs = [_vi("y", shape, elem)] + [_vi(n, stat_shape, stash) for n in names[1:] if n]
+    return _model([node], [_vi("x", shape, elem)], outs, inits, opset)
+
+
+@pytest.mark.parametrize(("axis", "shape"), [(-2, [2, 3, 4]), (-1, [2, 5]), (1, [2, 3, 4]),
+                                             (0, [3, 4])])
+def test_layer_norm_any_axis_lowers_on_8_4(axis, shape):
+    _lowers(_layer_norm(shape, axis, epsilon=1e-3), "8.4", NORM + ["Mul", "Add"],
+            {f"lowered LayerNormalization into {NORM_KEY}": 1})
+
+
+def test_layer_norm_without_bias_ends_with_the_scale():
+    _lowers(_layer_norm([2, 3, 4], -1, bias=False), "8.4", NORM + ["Mul"],
+            {f"lowered LayerNormalization into {NORM_KEY}": 1})
+
+
+def test_layer_norm_mean_and_inv_std_dev_are_produced_when_read():
+    model = _layer_norm([2, 3, 4], -2, outputs=("y", "mean", "inv"))
+    expected = NORM[:6] + ["Div", "Mul", "Mul", "Add"]  # InvStdDev = Div(1, StdDev); D * it
+    out = _lowers(model, "8.4", expected, {f"lowered LayerNormalization into {NORM_KEY}": 1})
+    div = next(n for n in out.graph.node if n.op_type == "Div")
+    assert list(div.output) == ["inv"]
+    assert [n.output[0] for n in out.graph.node if n.op_type == "ReduceMean"][0] == "mean"
+
+
+def test_layer_norm_only_y_is_supported_from_10_1():
+    """The 10.1 row supports LayerNormalization with 'Only the first output `Y` is supported.'"""
+    read = _layer_norm([2, 3, 4], -1, outputs=("y", "mean"))
+    _lowers(read, "10.1", NORM + ["Mul", "Add"],
+            {f"lowered LayerNormalization into {NORM_KEY}": 1})
+    _stays(_layer_norm([2, 3, 4], -1), "10.1",
+           [("LayerNormalization 'ln'", "TensorRT 10.1 parses it natively")])
+
+
+def test_float16_layer_norm_with_stash_type_1_computes_in_float32():
+    model = _layer_norm([2, 3, 8], -1, elem=F16, outputs=("y", "mean", "inv"), stash_type=1)
+    out = _lowers(model, "8.4", ["Cast"] + NORM[:6] + ["Div", "Mul", "Cast", "Mul", "Add"],
+                  {f"lowered LayerNormalization into Cast, {NORM_KEY}": 1}, rtol=2e-3, atol=2e-3)
+    assert output_types(out) == [("y", F16), ("mean", F), ("inv", F)]
+    casts = [n for n in out.graph.node if n.op_type == "Cast"]
+    assert [a.i for n in casts for a in n.attribute] == [F, F16]
+
+
+def test_layer_norm_at_opset_18_takes_reduce_mean_axes_as_an_input():
+    out = _lowers(_layer_norm([2, 3, 4], -2, opset=18), "8.4", NORM + ["Mul", "Add"],
+                  {f"lowered LayerNormalization into {NORM_KEY}": 1},
+                  notes=[_opset_note(18, "8.4")])
+    assert [len(n.input) for n in out.graph.node if n.op_type == "ReduceMean"] == [2, 2]
+
+
+def test_layer_norm_with_positive_axis_and_unknown_rank_is_left_with_a_note():
+    relu = helper.make_node("Relu", ["x"], ["r"], name="relu")
+    ln = helper.make_node("LayerNormalization", ["r", "s"], ["y"], name="ln", axis=1)
+    model = _model([relu, ln], [_vi("x", [2, 4])], [_vi("y", [2, 4])], [_w("s", [4])])
+    _stays(model, "8.4", [("LayerNormalization 'ln'",
+                           "TensorRT 8.4 lists it as unsupported, but it has no exact lowering: "
+                           "its axis is 1 and its input's rank is unknown, so the normalized "
+                           "axes are unknown (a negative axis needs no rank)")])
+
+
+def test_layer_norm_is_native_on_8_6_and_forced_with_ops():
+    model = _layer_norm([2, 3, 4], -1)
+    _stays(model, "8.6", [("LayerNormalization 'ln'", "TensorRT 8.6 parses it natively")])
+    _lowers(model, "8.6", NORM + ["Mul", "Add"],
+            {f"lowered LayerNormalization into {NORM_KEY}": 1},
+            options=LowerUnsupportedOptions(ops="LayerNormalization"))
+
+
+# ----------------------------------------------------------------------------- Group/InstanceNorm
+
+
+def _group_norm(opset: int, groups: int = 2, channels: int = 6, elem=F, x_shape=None):
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
+    per = groups if opset < 21 else channels
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], name="gn",
+                            num_groups=groups, epsilon=1e-4)
+    shape = x_shape if x_shape is not None else [2, channels, 3, 5]
+    return _model([node], [_vi("x", shape, elem)], [_vi("y", shape, elem)],
+                  [_w("s", [per], dtype), _w("b", [per], dtype, seed=1)], opset, opset >= 21)
+
+
+GROUP_OPS = ["Reshape", "Shape"] + NORM + ["Mul", "Add", "Reshape"]  # after toposort
+GROUP_KEY = "lowered GroupNormalization into Reshape, ReduceMean, Sub, Mul, Add, Sqrt, Div, Shape"
+
+
+def test_group_norm_opset_18_scales_per_group():
+    model = _group_norm(18)
+    out = _lowers(model, "8.4", GROUP_OPS, {GROUP_KEY: 1}, notes=[_opset_note(18, "8.4")])
+    # the reference above is onnxruntime's GroupNormalization-18; it and onnx's reference
+    # evaluator both scale per group, as the opset-18 spec says
+    feeds = _feeds(model)
+    x = feeds["x"].reshape(2, 2, -1).astype(np.float64)
+    norm = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-4)
+    s, b = (numpy_helper.to_array(t) for t in model.graph.initializer)
+    expected = (norm * s[:, None] + b[:, None]).reshape(feeds["x"].shape)
+    for got in (ReferenceEvaluator(model).run(None, feeds)[0], run_model(out, feeds)["y"]):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_group_norm_opset_21_scales_per_channel():
+    model = _group_norm(21, groups=3)
+    expected = ["Reshape", "Shape"] + NORM + ["Reshape", "Mul", "Add", "Reshape"]
+    _lowers(model, "10.16", expected, {GROUP_KEY: 1},
+            options=LowerUnsupportedOptions(ops="GroupNormalization"))
+
+
+def test_group_norm_opset_21_on_8_4_with_float16():
+    model = _group_norm(21, groups=2, elem=F16)
+    expected = ["Cast", "Shape", "Reshape"] + NORM + ["Cast", "Reshape", "Mul", "Add", "Reshape"]
+    _lowers(model, "8.4", expected, {GROUP_KEY.replace("into ", "into Cast, "): 1},
+            notes=[_opset_note(21, "8.4")], rtol=2e-3, atol=4e-3)
+
+
+def test_group_norm_opset_21_with_unknown_channels_and_a_computed_scale_is_left():
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], name="gn",
+                            num_groups=2)
+    model = _model([node], [_vi("x", [2, "c", 4]), _vi("s", ["c"]), _vi("b", ["c"])],
+                   [_vi("y", [2, "c", 4])], opset=21)
+    _stays(model, "8.4", [
+        ("GroupNormalization 'gn'", "TensorRT 8.4 does not list it, but it has no exact "
+         "lowering: its channel count is unknown (neither its input's shape nor a constant "
+         "scale gives it), so the per-channel scale cannot be laid out"),
+        _opset_note(21, "8.4")])
+
+
+INSTANCE_OPS = ["Reshape", "Shape"] + NORM + ["Mul", "Add", "Reshape"]
+INSTANCE_KEY = ("lowered InstanceNormalization into Reshape, ReduceMean, Sub, Mul, Add, Sqrt, "
+                "Div, Shape")
+
+
+def _instance_norm(shape, weights_as_inputs=False):
+    node = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], name="in",
+                            epsilon=1e-3)
+    per = [shape[1]]
+    if weights_as_inputs:
+        return _model([node], [_vi("x", shape), _vi("s", per), _vi("b", per)], [_vi("y", shape)])
+    return _model([node], [_vi("x", shape)], [_vi("y", shape)],
+                  [_w("s", per), _w("b", per, seed=1)])
+
+
+def test_instance_norm_is_lowered_only_where_the_row_restrictions_exclude_it():
+    """8.4: 'Scales `scale` and biases `B` must be initializers. Input rank must be >=3 & <=5'."""
+    _stays(_instance_norm([2, 3, 4, 5]), "8.4",
+           [("InstanceNormalization 'in'", "TensorRT 8.4 parses it natively")])
+    _lowers(_instance_norm([2, 3, 4, 5], weights_as_inputs=True), "8.4",
+            ["Reshape"] * 3 + ["Shape"] + NORM + ["Mul", "Add", "Reshape"],
+            {INSTANCE_KEY: 1})
+    _lowers(_instance_norm([1, 2, 2, 3, 2, 3]), "8.4", INSTANCE_OPS, {INSTANCE_KEY: 1})
+    _stays(_instance_norm([1, 2, 2, 3, 2, 3]), "8.6",
+           [("InstanceNormalization 'in'", "TensorRT 8.6 parses it natively")])
+
+
+# ----------------------------------------------------------------------------- activations
+
+
+def _unary(op: str, opset: int, elem=F, **attrs) -> onnx.ModelProto:
+    node = helper.make_node(op, ["x"], ["y"], name="act", **attrs)
+    return _model([node], [_vi("x", [2, 3, 8], elem)], [_vi("y", [2, 3, 8], elem)], opset=opset)
+
+
+@pytest.mark.parametrize(("approximate", "expected", "key"), [
+    ("none", ["Div", "Mul", "Erf", "Add", "Mul"], "Div, Erf, Add, Mul"),
+    ("tanh", ["Pow", "Mul", "Mul", "Add", "Mul", "Tanh", "Add", "Mul"], "Pow, Mul, Add, Tanh"),
+])
+def test_gelu_both_modes_lower_on_8_4(approximate, expected, key):
+    model = _unary("Gelu", 20, approximate=approximate)
+    feeds = [_feeds(model, 3.0), _feeds(model, 0.5, seed=1)]
+    _lowers(model, "8.4", expected, {f"lowered Gelu into {key}": 1},
+            notes=[_opset_note(20, "8.4")], feed_sets=feeds)
+
+
+def test_gelu_is_native_from_10_0():
+    _stays(_unary("Gelu", 20), "10.0", [("Gelu 'act'", "TensorRT 10.0 parses it natively")])
+
+
+def test_float16_gelu_keeps_its_type_and_typed_constants():
+    out = _lowers(_unary("Gelu", 20, elem=F16), "9.3", ["Div", "Mul", "Erf", "Add", "Mul"],
+                  {"lowered Gelu into Div, Erf, Add, Mul": 1},
+                  notes=[_opset_note(20, "9.3", 19)], rtol=2e-3, atol=2e-3)
+    assert {t.data_type for t in out.graph.initializer} == {F16}
+
+
+def test_hard_swish_lowers_through_hard_sigmoid_on_8_2():
+    model = _unary("HardSwish", 14)
+    _lowers(model, "8.2", ["HardSigmoid", "Mul"], {"lowered HardSwish into HardSigmoid, Mul": 1},
+            notes=[_opset_note(14, "8.2", 13)], feed_sets=[_feeds(model, 4.0)])
+    _stays(model, "8.4", [("HardSwish 'act'", "TensorRT 8.4 parses it natively")])
+
+
+def test_mish_lowers_through_softplus_on_8_4():
+    model = _unary("Mish", 18)
+    _lowers(model, "8.4", ["Softplus", "Tanh", "Mul"],
+            {"lowered Mish into Softplus, Tanh, Mul": 1}, notes=[_opset_note(18, "8.4")],
+            feed_sets=[_feeds(model, 3.0)])
+
+
+def test_softplus_and_hard_sigmoid_lower_when_forced_without_a_target():
+    softplus = _unary("Softplus", 17)
+    _lowers(softplus, None, ["Exp", "Add", "Log"], {"lowered Softplus into Exp, Add, Log": 1},
+            options=LowerUnsupportedOptions(ops="Softplus"), feed_sets=[_feeds(softplus, 3.0)])
+    hard = _unary("HardSigmoid", 17, alpha=0.3, beta=0.4)
+    _lowers(hard, None, ["Mul", "Add", "Min", "Max"],
+            {"lowered HardSigmoid into Mul, Add, Min, Max": 1},
+            options=LowerUnsupportedOptions(ops="HardSigmoid"), feed_sets=[_feeds(hard, 4.0)])
+
+
+class _Without:
+    """A TensorRT target whose table lacks `ops` (to reach the nested and blocked cases)."""
+
+    def __init__(self, version: str, *ops: str) -> None:
+        self.base, self.lacks = parse_target(version), set(ops)
+
+    def op(self, op: str):
+        return None if op in self.lacks else self.base.op(op)
+
+    @property
+    def opset_range(self):
+        return self.base.opset_range
+
+    def label(self) -> str:
+        return f"TensorRT {self.base.version} without {'/'.join(sorted(self.lacks))}"
+
+
+def test_an_emitted_op_the_target_lacks_is_lowered_in_turn():
+    model = _unary("HardSwish", 17)
+    target = _Without("8.4", "HardSwish", "HardSigmoid")
+    out, result = apply(LowerUnsupported(), model, PassContext(trt=target))
+    assert ops(out) == ["Mul", "Add", "Min", "Max", "Mul"]
+    assert dict(result.counts) == {"lowered HardSwish into HardSigmoid, Mul": 1,
+                                   "lowered HardSigmoid into Mul, Add, Min, Max": 1}
+    assert result.notes == []
+    assert_same_outputs(model, out, _feeds(model, 4.0))
+    assert_idempotent(LowerUnsupported(), out, PassContext(trt=target))
+
+
+def test_a_node_whose_lowering_emits_an_op_the_target_cannot_parse_is_left():
+    target = _Without("10.0", "Gelu", "Erf")
+    graph = to_graph(_unary("Gelu", 20))
+    result = LowerUnsupported().run(graph, PassContext(trt=target))
+    assert not result.changed
+    assert [(n.subject, n.reason) for n in result.notes] == [(
+        "Gelu 'act'", "TensorRT 10.0 without Erf/Gelu does not list it, but its lowering "
+        "emits Erf, which TensorRT 10.0 without Erf/Gelu neither parses nor can lower")]
+
+
+# ----------------------------------------------------------------------------- Einsum
+
+
+def _einsum(equation: str, shapes, out_shape, opset: int = 12) -> onnx.ModelProto:
+    names = [f"x{i}" for i in range(len(shapes))]
+    node = helper.make_node("Einsum", names, ["y"], name="es", equation=equation)
+    return _model([node], [_vi(n, s) for n, s in zip(names, shapes, strict=True)],
+                  [_vi("y", out_shape)], opset=opset)
+
+
+@pytest.mark.parametrize(("equation", "shapes", "out", "expected"), [
+    ("ij,jk->ik", [[3, 4], [4, 5]], [3, 5], ["MatMul"]),
+    ("ij,jk", [[3, 4], [4, 5]], [3, 5], ["MatMul"]),
+    ("bij,bjk->bik", [[2, 3, 4], [2, 4, 5]], [2, 3, 5], ["MatMul"]),
+    ("bhqd,bhkd->bhqk", [[2, 3, 4, 8], [2, 3, 5, 8]], [2, 3, 4, 5], ["Transpose", "MatMul"]),
+    ("...ij,...jk->...ik", [[2, 3, 4, 6], [2, 3, 6, 5]], [2, 3, 4, 5], ["MatMul"]),
+    ("...ji,...jk->...ik", [[2, 6, 4], [2, 6, 5]], [2, 4, 5], ["Transpose", "MatMul"]),
+    ("bij,bjk->bki", [[2, 3, 4], [2, 4, 5]], [2, 5, 3], ["MatMul", "Transpose"]),
+    ("ij->ji", [[3, 4]], [4, 3], ["Transpose"]),
+])
+def test_einsum_matrix_multiplies_lower_on_8_0(equation, shapes, out, expected):
+    key = ", ".join(dict.fromkeys(expected))
+    _lowers(_einsum(equation, shapes, out), "8.0", expected,
+            {f"lowered Einsum into {key}": 1})
+
+
+def test_einsum_with_an_ellipsis_lowers_where_the_row_excludes_ellipses():
+    model = _einsum("...ij,...jk->...ik", [[2, 3, 4, 6], [2, 3, 6, 5]], [2, 3, 4, 5])
+    _lowers(model, "8.4", ["MatMul"], {"lowered Einsum into MatMul": 1})
+    _stays(model, "9.3", [("Einsum 'es'", "TensorRT 9.3 parses it natively")])
+    _stays(_einsum("ij,jk->ik", [[3, 4], [4, 5]], [3, 5]), "8.4",
+           [("Einsum 'es'", "TensorRT 8.4 parses it natively")])
+
+
+def test_einsum_that_is_not_a_matrix_multiply_is_left_with_a_note():
+    _stays(_einsum("ij,ij->i", [[3, 4], [3, 4]], [3]), "8.0", [(
+        "Einsum 'es'", "TensorRT 8.0 lists it as unsupported, but it has no exact lowering: "
+        "it is not a (batched) matrix multiply: it contracts 1 letters and keeps 0 of the "
+        "first and 0 of the second operand alone (a MatMul needs 1, 1 and 1)")])
+
+
+# ----------------------------------------------------------------------------- targets, options
+
+
+def test_without_a_target_nothing_changes():
+    _stays(_layer_norm([2, 3, 4], -1), None, [(
+        "graph", "no TensorRT target: give one (graphfix run --trt 8.4), or name op types "
+        "with lower-unsupported{ops=...}")])
+
+
+def test_forcing_without_a_target_leaves_other_ops_alone():
+    ln = helper.make_node("LayerNormalization", ["x", "s"], ["l"], name="ln")
+    gelu = helper.make_node("Gelu", ["l"], ["y"], name="gelu")
+    model = _model([ln, gelu], [_vi("x", [2, 4])], [_vi("y", [2, 4])], [_w("s", [4])], opset=20)
+    _lowers(model, None, NORM[:2] + ["Mul", "ReduceMean", "Add", "Sqrt", "Div", "Mul", "Gelu"],
+            {f"lowered LayerNormalization into {NORM_KEY}": 1},
+            options=LowerUnsupportedOptions(ops="LayerNormalization"))
+
+
+def test_ops_option_in_pipeline_text_and_its_errors():
+    spec = parse_pipeline("lower-unsupported{ops=Gelu+LayerNormalization}").specs[0]
+    assert spec.build().options.forced == {"Gelu", "LayerNormalization"}
+    assert LowerUnsupportedOptions(ops="Gelu, Mish").forced == {"Gelu", "Mish"}
+    with pytest.raises(GraphfixError, match="names Conv"):
+        LowerUnsupportedOptions(ops="Gelu,Conv")
+    with pytest.raises(GraphfixError, match="names ReduceMean"):
+        parse_pipeline("lower-unsupported{ops=ReduceMean}")
+
+
+def test_registered_right_after_detect_unsupported():
+    names = [p.name for p in PASSES]
+    assert names[names.index("detect-unsupported") + 1] == "lower-unsupported"
+
+
+def test_an_op_without_a_lowering_that_the_target_lacks_gets_a_note():
+    node = helper.make_node("Hardmax", ["x"], ["y"], name="hm")
+    _stays(_model([node], [_vi("x", [2, 5])], [_vi("y", [2, 5])], opset=13), "8.6", [
+        ("Hardmax 'hm'", "TensorRT 8.6 does not parse it, and graphfix has no exact lowering "
+                         "for it")])
+
+
+def test_rewrite_budget_stops_after_the_limit():
+    ln1 = helper.make_node("LayerNormalization", ["x", "s"], ["a"], name="ln1")
+    ln2 = helper.make_node("LayerNormalization", ["a", "s"], ["y"], name="ln2")
+    model = _model([ln1, ln2], [_vi("x", [2, 4])], [_vi("y", [2, 4])], [_w("s", [4])])
+    ctx = PassContext(trt=parse_target("8.4"), rewrites=RewriteBudget(1))
+    out, result = apply(LowerUnsupported(), model, ctx)
+    assert dict(result.counts) == {f"lowered LayerNormalization into {NORM_KEY}": 1}
+    assert [(n.subject, n.reason) for n in result.notes] == [("LayerNormalization 'ln2'",
+                                                              LIMIT_REACHED)]
+    assert ops(out).count("LayerNormalization") == 1
+    assert ctx.rewrites.applied[0].label == f"LayerNormalization 'ln1' into {NORM_KEY}"
+    assert_same_outputs(model, out, _feeds(model))
+
+
+# ----------------------------------------------------------------------------- ReduceX axes
+
+
+def _reduce(opset: int, axes_node: bool) -> onnx.ModelProto:
+    nodes = [helper.make_node("ReduceMean", ["x", "axes"], ["y"], name="rm", keepdims=1)]
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "axes")]
+    if axes_node:
+        nodes.insert(0, helper.make_node("Constant", [], ["axes"], name="k",
+                                         value=inits.pop()))
+    return _model(nodes, [_vi("x", [2, 3, 4])], [_vi("y", [2, 1, 4])], inits, opset)
+
+
+def test_reduce_axes_input_points_at_the_opset_pass():
+    _stays(_reduce(18, axes_node=False), "8.4", [
+        ("ReduceMean 'rm'", "its axes are an input (from opset 18), which TensorRT 8.4 cannot "
+         "read: it parses opsets up to 17, where ReduceMean takes axes as an attribute; "
+         "opset{version=17} converts the model and moves constant axes into the attribute "
+         "(not done here: the model declares opset 18)"),
+        _opset_note(18, "8.4")])
+    _stays(_reduce(18, axes_node=False), "9.3", [("graph", "no node to lower for TensorRT 9.3")])
+
+
+def test_reduce_axes_that_are_not_an_initializer_get_a_note_from_10():
+    text = parse_target("10.16").op("ReduceMean").restrictions
+    _stays(_reduce(18, axes_node=True), "10.16", [
+        ("ReduceMean 'rm'", f"its axes input is not an initializer, and the table says: {text}; "
+         "fold-constants makes a constant expression one, axes computed at run time have no "
+         "static form")])
+    _stays(_reduce(18, axes_node=False), "10.16",
+           [("graph", "no node to lower for TensorRT 10.16")])
+
+
+# ----------------------------------------------------------------------------- subgraphs, e2e
+
+
+def test_layer_norm_inside_an_if_branch_is_lowered_there():
+    ln = helper.make_node("LayerNormalization", ["x", "s", "b"], ["t"], name="ln", axis=-1)
+    then = helper.make_graph([ln], "then", [], [_vi("t", [2, 3, 4])],
+                             [_w("s", [4]), _w("b", [4], seed=1)])
+    other = helper.make_graph([helper.make_node("Relu", ["x"], ["e"], name="relu")], "else", [],
+                              [_vi("e", [2, 3, 4])])
+    node = helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)
+    model = _model([node], [_vi("c", [], TensorProto.BOOL), _vi("x", [2, 3, 4])],
+                   [_vi("y", [2, 3, 4])])
+    x = _feeds(model)["x"]
+    out = _lowers(model, "8.4", ["If"], {f"lowered LayerNormalization into {NORM_KEY}": 1},
+                  feed_sets=[{"c": np.array(c), "x": x} for c in (True, False)])
+    branch = next(a.g for a in out.graph.node[0].attribute if a.name == "then_branch")
+    assert [n.op_type for n in branch.node] == NORM + ["Mul", "Add"]
+
+
+def test_api_run_keeps_the_pass_and_doctor_finds_nothing_unsupported_after():
+    ln = helper.make_node("LayerNormalization", ["x", "s", "b"], ["l"], name="ln")
+    gelu = helper.make_node("Gelu", ["l"], ["g"], name="gelu", approximate="tanh")
+    mish = helper.make_node("Mish", ["g"], ["y"], name="mish")
+    model = _model([ln, gelu, mish], [_vi("x", [1, 4, 8])], [_vi("y", [1, 4, 8])],
+                   [_w("s", [8]), _w("b", [8], seed=1)], opset=20)
+    before = {f.op for f in diagnose(model, parse_target("8.4")).findings
+              if f.rule == "op-unsupported"}
+    assert before == {"LayerNormalization", "Gelu", "Mish"}
+    result = api_run(model, "lower-unsupported,opset{version=17}", trt="8.4")
+    assert [p.status for p in result.report.passes] == [APPLIED, APPLIED]
+    assert result.report.passes[0].counts == {
+        f"lowered LayerNormalization into {NORM_KEY}": 1,
+        "lowered Gelu into Pow, Mul, Add, Tanh": 1, "lowered Mish into Softplus, Tanh, Mul": 1}
+    assert result.report.passes[0].check.startswith("passed")
+    after = diagnose(result.model, parse_target("8.4")).findings
+    assert [f for f in after if f.rule in ("op-unsupported", "opset-out-of-range")] == []
