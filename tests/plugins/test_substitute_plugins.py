@@ -297,6 +297,19 @@ def test_run_with_trt_alone_makes_a_roialign_model_doctor_accepts(tmp_path):
     assert res.exit_code == 0, res.output
 
 
+def test_match_reads_roialign_defaults_by_the_models_opset(tmp_path):
+    """RoiAlign-10 has no coordinate_transformation_mode: the plugin gets 0 (no shift),
+    as the parser maps it; from opset 16 the default is half_pixel (1)."""
+    for opset, want in ((13, 0), (16, 1)):
+        model = roialign()
+        model.opset_import[0].version = opset
+        src, plan = tmp_path / f"m{opset}.onnx", tmp_path / f"p{opset}.yaml"
+        onnx.save(model, src)
+        assert _cli("plugins", "match", src, "-o", plan, "--trt", "8.4").exit_code == 0
+        attrs = yaml.safe_load(plan.read_text())["substitutions"][0]["attributes"]
+        assert attrs["coordinate_transformation_mode"] == want
+
+
 def test_plugins_list_names_rules_and_whether_each_plugin_is_checkable():
     res = _cli("plugins", "list", "--trt", "8.4", "--json")
     assert res.exit_code == 0

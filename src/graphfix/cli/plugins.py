@@ -18,11 +18,15 @@ _RULES_HELP = ("A user rule file, .py (executed: it defines RULES) or .yaml; rep
                "See docs/plugins.md.")
 
 
-def _rules(files: list[Path] | None):
+def _rules(files: list[Path] | None, model=None):
+    """Built-in rules for the model's default-domain opset (RoiAlign's defaults and
+    GroupNormalization's scale layout depend on it), entry points, then `files`."""
     from graphfix.plugins.substitute import builtin_rules
     from graphfix.plugins.user import entry_point_rules, load_rules
 
-    rules = builtin_rules() + entry_point_rules()
+    opsets = {o.domain: o.version for o in model.opset_import} if model is not None else {}
+    opset = opsets.get("", opsets.get("ai.onnx", 17))
+    rules = builtin_rules(opset) + entry_point_rules()
     for path in files or ():
         rules += load_rules(path)
     return rules
@@ -99,7 +103,8 @@ def match_command(
         from graphfix.trt import parse_target
 
         target = parse_target(trt) if trt else None
-        plan = match(io.load(model), _rules(plugin_rules), target, force=force)
+        loaded = io.load(model)
+        plan = match(loaded, _rules(plugin_rules, loaded), target, force=force)
         io.write_text_atomic(output, plan.to_yaml())
     console.print(f"wrote {output}: {len(plan.entries)} substitution(s), "
                   f"{len(plan.skipped)} candidate(s) left alone", markup=False)
@@ -125,7 +130,7 @@ def apply_command(
         io.check_output_path(output, input_path=model, in_place=False)
         source = io.load(model)
         target = parse_target(trt) if trt else None
-        result, done = apply_plan(source, read(plan), _rules(plugin_rules), target)
+        result, done = apply_plan(source, read(plan), _rules(plugin_rules, source), target)
         io.save(result, output, input_path=model)
     for line in done:
         console.print(line, markup=False)
