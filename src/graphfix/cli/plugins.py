@@ -19,17 +19,11 @@ _RULES_HELP = ("A user rule file, .py (executed: it defines RULES) or .yaml; rep
 
 
 def _rules(files: list[Path] | None, model=None):
-    """Built-in rules for the model's default-domain opset (RoiAlign's defaults and
-    GroupNormalization's scale layout depend on it), entry points, then `files`."""
-    from graphfix.plugins.substitute import builtin_rules
-    from graphfix.plugins.user import entry_point_rules, load_rules
+    """`plugins.user.all_rules` for the model's default-domain opset (17 without one)."""
+    from graphfix.plugins.user import all_rules
 
     opsets = {o.domain: o.version for o in model.opset_import} if model is not None else {}
-    opset = opsets.get("", opsets.get("ai.onnx", 17))
-    rules = builtin_rules(opset) + entry_point_rules()
-    for path in files or ():
-        rules += load_rules(path)
-    return rules
+    return all_rules(opsets.get("", opsets.get("ai.onnx", 17)), files=files or ())
 
 
 @plugins_app.command("list")

@@ -16,7 +16,6 @@ import onnx_graphsurgeon as gs
 from graphfix.errors import GraphfixError
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
 from graphfix.plugins.rules import Rule, apply, search
-from graphfix.plugins.substitute import builtin_rules
 
 
 @dataclass(frozen=True)
@@ -31,12 +30,10 @@ def rules_for(graph: gs.Graph, ctx: PassContext, options: SubstituteOptions) -> 
     """The built-in rules, installed entry points' rules, the run's user rules
     (--plugin-rules), then `rules=`;
     narrowed by `select`."""
-    from graphfix.plugins.user import entry_point_rules, load_rules
+    from graphfix.plugins.user import all_rules
 
-    rules = builtin_rules(graph.opset or 17) + entry_point_rules()
-    rules += list(ctx.plugin_rules)
-    if options.rules:
-        rules += load_rules(options.rules)
+    rules = all_rules(graph.opset or 17, ctx.plugin_rules,
+                      [options.rules] if options.rules else [])
     if not options.select:
         return rules
     wanted = [s for s in options.select.split("+") if s]

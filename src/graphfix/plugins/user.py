@@ -47,6 +47,19 @@ _YAML_KEYS = {"name", "match", "plugin", "version", "namespace", "fields", "attr
               "inputs", "native", "summary"}
 
 
+def all_rules(opset: int, extra: Iterable[Rule] = (),
+              files: Iterable[str | Path] = ()) -> list[Rule]:
+    """Every rule a substitution uses, in order: the built-in rules for the model's
+    default-domain opset (RoiAlign's defaults and GroupNormalization's scale layout depend
+    on it), installed entry points' rules, `extra` (already loaded), then `files`."""
+    from graphfix.plugins.substitute import builtin_rules
+
+    rules = builtin_rules(opset) + entry_point_rules() + list(extra)
+    for path in files:
+        rules += load_rules(path)
+    return rules
+
+
 def load_rules(path: str | Path) -> list[Rule]:
     """The rules of one file (.py, .yaml or .yml)."""
     path = Path(path)
