@@ -123,4 +123,8 @@ def tool_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             if name != "tensorrt":
                 versions[name] = "not installed"
+    ort = sys.modules.get("onnxruntime")
+    if ort is not None:  # the one that ran: onnxruntime-gpu installs under another name
+        gpu = "CUDAExecutionProvider" in ort.get_available_providers()
+        versions["onnxruntime"] = ort.__version__ + (" (gpu)" if gpu else "")
     return versions

@@ -64,6 +64,7 @@ def calibrate_command(
     """Calibrate MODEL for INT8 and write a Q/DQ model TensorRT accepts."""
     from graphfix import io
     from graphfix.calibration import session
+    from graphfix.runtime.session import provider_names
     from graphfix.sizes import parse_bytes
 
     with user_errors(ctx):
@@ -72,7 +73,7 @@ def calibrate_command(
             per_tensor=per_tensor, exclude_nodes=_names(exclude_nodes),
             exclude_op_types=_names(exclude_op_types), bins=bins,
             memory_budget=parse_bytes(memory_budget) if memory_budget else None, trt=trt,
-            providers=tuple(_names(providers)),
+            providers=provider_names(providers),
         )
         out = output or model.with_name(f"{model.stem}.int8.onnx")
         io.check_output_path(out, input_path=model)

@@ -59,9 +59,11 @@ def check_command(
     from graphfix import provenance
     from graphfix.check.layerwise import compare_layerwise, has_qdq, tensor_names
     from graphfix.check.samples import check_samples, tolerance_override
+    from graphfix.runtime.session import provider_names
     from graphfix.sizes import parse_bytes
 
     with user_errors(ctx):
+        ort_providers = provider_names(providers)  # a usage error before any work
         ref, cand, engine_spec = _models(reference, candidate, trt, trt_precision,
                                          parse_bytes(trt_workspace) if trt_workspace else None)
         renamed, removed = provenance.read(cand)
@@ -70,7 +72,7 @@ def check_command(
         feeds = check_samples(ref, data, data_key, input_shape or [], samples, seed,
                               input_values(input_value))
         if detections:
-            _detections(ref, cand, feeds, providers, as_json)
+            _detections(ref, cand, feeds, ort_providers, as_json)
             return
         engine = None
         if engine_spec is not None:
@@ -83,7 +85,7 @@ def check_command(
                 ref, cand, feeds, renamed=renamed, removed=removed, mode=mode,
                 sqnr_threshold=sqnr, tolerance=tolerance_override(atol, rtol),
                 memory_budget=parse_bytes(memory_budget) if memory_budget else None,
-                providers=providers.split(","), engine=engine,
+                providers=ort_providers, engine=engine,
             )
         finally:
             if engine is not None:
@@ -105,10 +107,10 @@ def check_command(
         raise typer.Exit(EXIT_FAILED)
 
 
-def _detections(ref, cand, feeds, providers: str, as_json: Path | None) -> None:
+def _detections(ref, cand, feeds, providers: tuple[str, ...], as_json: Path | None) -> None:
     from graphfix.nms.compare import compare_models
 
-    report = compare_models(ref, cand, feeds, providers=providers.split(","))
+    report = compare_models(ref, cand, feeds, providers=providers)
     if as_json is not None:
         from graphfix import io
 

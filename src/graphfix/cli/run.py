@@ -24,6 +24,7 @@ from graphfix.errors import GraphfixError
 from graphfix.passes.defaults import DEFAULT_PIPELINE, TRT_PIPELINE, default_pipeline
 from graphfix.report import PassRecord, Report
 from graphfix.runtime.feeds import DEFAULT_SEED, parse_input_shape
+from graphfix.runtime.session import provider_names
 
 
 def default_output(model: Path) -> Path:
@@ -133,6 +134,7 @@ def run_command(
                     "name one of its passes, or use --dump-after all",
                 )
         io.check_output_path(out, input_path=model, in_place=in_place)
+        ort_providers = provider_names(providers)  # a usage error before any work
         source = io.load(model)
         shapes = dict(parse_input_shape(s) for s in input_shape or [])
         if bisect:
@@ -140,7 +142,7 @@ def run_command(
 
             options = dict(check=check, input_shapes=shapes, data=data,
                            input_values=input_values(input_value), seed=seed,
-                           providers=providers.split(","), trt=trt, max_rewrites=max_rewrites,
+                           providers=ort_providers, trt=trt, max_rewrites=max_rewrites,
                            plugin_rules=plugin_rules or ())
             run_bisect(model, source, pipeline, output, report, as_json, dump_after, options)
             return
@@ -153,7 +155,7 @@ def run_command(
             result = api.run(
                 source, pipeline, check=check, input_shapes=shapes, data=data,
                 input_values=input_values(input_value), seed=seed,
-                providers=providers.split(","),
+                providers=ort_providers,
                 on_pass_start=(lambda i, s: status.update(f"pass {i + 1}: {s}"))
                 if status else None,
                 on_pass_done=on_done,

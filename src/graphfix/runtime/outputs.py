@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from graphfix.errors import said
+from graphfix.errors import GraphfixError, said
 from graphfix.runtime import references
 from graphfix.runtime.compare import OutputDiff, compare_outputs
 from graphfix.runtime.failures import cannot_run
@@ -107,6 +107,8 @@ class OutputCheck:
             reason = (f"{err}: onnxruntime cannot run it and graphfix has no reference form "
                       "for it (docs/references.md)")
             return cls(feeds, None, reason, providers, used_seed, str(data or ""))
+        except GraphfixError:  # the user's setup (a provider onnxruntime lacks), not the model
+            raise
         except Exception as err:  # onnxruntime raises many types; all mean "cannot run it"
             source = f"the data in '{data}'" if data is not None else "seeded random inputs"
             reason = cannot_run(model, feeds, err, source, providers)

@@ -14,7 +14,57 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
+from graphfix.errors import GraphfixError
+
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+_CUDA_HINT = ("install onnxruntime-gpu in place of onnxruntime (pip uninstall -y onnxruntime "
+              "&& pip install onnxruntime-gpu; its CUDA major version must match the "
+              "installed CUDA and cuDNN), or run on the CPU with --providers cpu")
+
+
+def provider_names(providers: str | Sequence[str]) -> tuple[str, ...]:
+    """onnxruntime's names for execution providers as graphfix spells them ("cuda,cpu",
+    or a sequence; `cpu` and `cuda` are short for CPUExecutionProvider and
+    CUDAExecutionProvider, full names pass through), checked against what the installed
+    onnxruntime offers. Raises GraphfixError for none given or one it lacks, so asking
+    for CUDA never runs on the CPU unnoticed."""
+    import onnxruntime as ort
+
+    items = providers.split(",") if isinstance(providers, str) else providers
+    names = tuple(PROVIDERS.get(p.strip().lower(), p.strip()) for p in items if p.strip())
+    if not names:
+        raise GraphfixError("no onnxruntime execution provider given",
+                            "the --providers list names none", "pass --providers cpu, or cuda,cpu")
+    available = ort.get_available_providers()
+    for name in names:
+        if name not in available:
+            known = name in PROVIDERS.values()
+            raise GraphfixError(
+                f"onnxruntime execution provider '{name}' is not available",
+                f"the installed onnxruntime {ort.__version__} offers "
+                f"{', '.join(available)}" + ("" if known else
+                                             "; graphfix spells cpu and cuda short, other "
+                                             "providers by onnxruntime's full name"),
+                _CUDA_HINT if name == PROVIDERS["cuda"] else
+                "pass providers from that list, e.g. --providers cpu")
+    return names
+
+
+def _started(sess, names: Sequence[str]):
+    """`sess`, after checking onnxruntime started every provider asked for: an installed
+    provider whose libraries fail to load is dropped with only a log line (which
+    graphfix's log level hides), and the model would run on the CPU unnoticed."""
+    dropped = [n for n in names if n not in sess.get_providers()]
+    if dropped:
+        raise GraphfixError(
+            f"onnxruntime could not start the execution provider '{dropped[0]}'",
+            "it is installed but failed to initialise (for CUDA: the CUDA runtime, cuBLAS "
+            "or cuDNN libraries of the version onnxruntime was built for were not found, "
+            f"or no GPU is visible); onnxruntime would run on {', '.join(sess.get_providers())}",
+            "check the GPU setup with python -c \"import onnxruntime as o; o.preload_dlls(); "
+            "print(o.get_device())\" (onnxruntime-gpu 1.21 and later), or run on the CPU "
+            "with --providers cpu")
+    return sess
 
 
 def session_options(basic: bool = False, fast: bool = False):
@@ -49,25 +99,28 @@ def make_session(model: onnx.ModelProto, providers: Sequence[str] = ("cpu",),
     """An onnxruntime InferenceSession for an in-memory model.
 
     Models over the 2 GB protobuf limit are written to a temporary directory with
-    external data first. Raises whatever onnxruntime raises; callers decide
+    external data first. Raises GraphfixError for a provider onnxruntime lacks or could
+    not start (`provider_names`), else whatever onnxruntime raises; callers decide
     whether that is the user's problem or a broken rewrite.
     """
     import onnxruntime as ort
 
-    names = [PROVIDERS.get(p.strip().lower(), p) for p in providers]
+    names = provider_names(providers)
     try:  # ByteSize() would serialize too (upb): serialize once, fall back past 2 GB
         data = model.SerializeToString()
     except Exception:  # protobuf raises ValueError or EncodeError past the 2 GB limit
         data = None
     options = session_options(basic, fast)
     if data is not None:
-        return ort.InferenceSession(data, sess_options=options, providers=names)
+        return _started(ort.InferenceSession(data, sess_options=options, providers=names),
+                        names)
     with tempfile.TemporaryDirectory(prefix="graphfix-ort-") as tmp:
         path = os.path.join(tmp, "model.onnx")
         big = onnx.ModelProto()
         big.CopyFrom(model)
         onnx.save_model(big, path, save_as_external_data=True, location="model.onnx.data")
-        return ort.InferenceSession(path, sess_options=options, providers=names)
+        return _started(ort.InferenceSession(path, sess_options=options, providers=names),
+                        names)
 
 
 def run_model(
