@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = os.environ.get("GRAPHFIX_BENCH_RESNET50", "/work/zoo/calib/resnet50.onnx")
 GRAPHFIX, GRAPHFIX_NPZ, ORT = "graphfix", "graphfix (.npz)", "onnxruntime MinMax"
 TOOLS = (GRAPHFIX, GRAPHFIX_NPZ, ORT)
+ORT_PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 ORT_CALL = ("quantize_static(MODEL, OUT, reader, quant_format=QuantFormat.QDQ, "
             "activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, per_channel=True, "
             "calibrate_method=CalibrationMethod.MinMax, "
@@ -71,7 +72,8 @@ then pass --model resnet50.onnx (or set GRAPHFIX_BENCH_RESNET50)."""
 
 # ---------------------------------------------------------------- child side
 
-def _ort_calibrate(model: str, data_dir: str, out: str, input_name: str) -> None:
+def _ort_calibrate(model: str, data_dir: str, out: str, input_name: str, providers: str
+                   ) -> None:
     import numpy as np
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -93,11 +95,13 @@ def _ort_calibrate(model: str, data_dir: str, out: str, input_name: str) -> None
     quantize_static(model, out, Reader(), quant_format=QuantFormat.QDQ,
                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                     per_channel=True, calibrate_method=CalibrationMethod.MinMax,
+                    calibration_providers=[ORT_PROVIDERS[p] for p in providers.split(",")],
                     extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
 
 
 def child_main(argv: list[str]) -> int:
-    """`_child TIMING_FILE graphfix CLI_ARGS...` or `_child TIMING_FILE ort MODEL DIR OUT NAME`."""
+    """`_child TIMING_FILE graphfix CLI_ARGS...` or
+    `_child TIMING_FILE ort MODEL DIR OUT NAME PROVIDERS`."""
     timing_file, tool, rest = argv[0], argv[1], argv[2:]
     rc = 0
     if tool == "graphfix":
@@ -189,12 +193,13 @@ def prepare_data(workdir: Path, name: str, shape: tuple[int, ...], n: int, seed:
     return folder, npz
 
 
-def graphfix_args(model: Path, data: Path, out: Path) -> list[str]:
-    return ["calibrate", str(model), "--data", str(data), "-o", str(out), "--json"]
+def graphfix_args(model: Path, data: Path, out: Path, providers: str) -> list[str]:
+    return ["calibrate", str(model), "--data", str(data), "-o", str(out), "--json",
+            *(["--providers", providers] if providers != "cpu" else [])]
 
 
 def run_child(tool: str, n: int, model: Path, data: tuple[Path, Path], input_name: str,
-              workdir: Path, env: dict, timeout: float) -> Run:
+              workdir: Path, env: dict, timeout: float, providers: str) -> Run:
     """One run in a fresh process; a failure is recorded in `Run.error`, never raised."""
     tag = f"{tool.split()[0]}{'-npz' if tool == GRAPHFIX_NPZ else ''}-{n}"
     out, timing = workdir / "out" / f"{tag}.onnx", workdir / "out" / f"{tag}.time.json"
@@ -202,9 +207,9 @@ def run_child(tool: str, n: int, model: Path, data: tuple[Path, Path], input_nam
     for f in (out, timing):
         f.unlink(missing_ok=True)
     if tool == ORT:
-        args = ["ort", str(model), str(data[0]), str(out), input_name]
+        args = ["ort", str(model), str(data[0]), str(out), input_name, providers]
     else:
-        args = ["graphfix", *graphfix_args(model, data[tool == GRAPHFIX_NPZ], out)]
+        args = ["graphfix", *graphfix_args(model, data[tool == GRAPHFIX_NPZ], out, providers)]
     run = Run(tool, n)
     with open(workdir / "out" / "stdout", "w+") as so, open(workdir / "out" / "stderr", "w+") as se:
         start = time.perf_counter()
@@ -266,6 +271,11 @@ def machine() -> list[str]:
                 cpu = value.strip()
             elif key.strip() == "flags" and not flags:
                 flags = value
+    import onnxruntime as ort  # the one that runs: onnxruntime-gpu has another dist name
+
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip() if shutil.which(
+                             "nvidia-smi") else ""
     mem_kib = next((int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
                     if line.startswith("MemTotal:")), 0)
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
@@ -276,11 +286,12 @@ def machine() -> list[str]:
         f"date: {datetime.now().astimezone().isoformat(timespec='seconds')}",
         f"graphfix {version('graphfix')} (commit {git}"
         f"{', with uncommitted changes in src/' if dirty else ''}), onnxruntime "
-        f"{version('onnxruntime')}, onnx {version('onnx')}, numpy {version('numpy')}, "
+        f"{ort.__version__} ({', '.join(ort.get_available_providers())}), onnx "
+        f"{version('onnx')}, numpy {version('numpy')}, "
         f"python {platform.python_version()}",
         f"CPU: {cpu}, avx512f {'yes' if 'avx512f' in flags.split() else 'no'}, "
         f"{os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable), "
-        f"{mem_kib / 2**20:.1f} GiB RAM",
+        f"{mem_kib / 2**20:.1f} GiB RAM" + (f"; GPU: {gpu}" if gpu else ""),
     ]
 
 
@@ -336,11 +347,14 @@ def report(runs: list[Run], counts: list[int], args: argparse.Namespace, model: 
               "python bench/calib_scale_bench.py " + " ".join(sys.argv[1:]),
               "# graphfix, per sample count N (method: its default"
               + (f"; its JSON says {', '.join(methods)})" if methods else ")"),
-              "python -m graphfix " + " ".join(graphfix_args(model, Path(data), Path("out.onnx"))),
+              "python -m graphfix " + " ".join(graphfix_args(model, Path(data), Path("out.onnx"),
+                                                             args.providers)),
               "python -m graphfix " + " ".join(graphfix_args(
-                  model, Path(f"{workdir}/data{{N}}.npz"), Path("out.onnx"))),
+                  model, Path(f"{workdir}/data{{N}}.npz"), Path("out.onnx"), args.providers)),
               f"# onnxruntime, reader = one np.load({data}/*.npy)[None] per get_next",
-              ORT_CALL, "```", "",
+              ORT_CALL.replace("extra_options", "calibration_providers="
+                               f"{[ORT_PROVIDERS[p] for p in args.providers.split(',')]}, "
+                               "extra_options"), "```", "",
               f"Model: {model}. Data: standard normal float32, seed {args.seed}, batch 1. "
               "Wall s: inside the child process, from before its imports to after the output "
               "model is written; peak MiB: the child's ru_maxrss.", ""]
@@ -375,6 +389,9 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true",
                         help="keep the default temp work dir (its path is printed)")
     parser.add_argument("--json", type=Path, default=None, help="also write every run as JSON")
+    parser.add_argument("--providers", default="cpu", choices=["cpu", "cuda,cpu"],
+                        help="onnxruntime providers of both tools: graphfix --providers, "
+                        "onnxruntime's calibration_providers (default: %(default)s)")
     args = parser.parse_args()
     counts = sorted({int(s) for s in args.samples.split(",") if s.strip()})
     if not counts or counts[0] < 1 or args.runs < 1:
@@ -396,13 +413,15 @@ def main() -> int:
             w = min(8, counts[0])
             wdata = data.get(w) or prepare_data(workdir, name, shape, w, args.seed)
             for tool in TOOLS:
-                r = run_child(tool, w, model, wdata, name, workdir, env, args.timeout)
+                r = run_child(tool, w, model, wdata, name, workdir, env, args.timeout,
+                              args.providers)
                 print(f"warm-up {tool} n={w}: {r.error or f'{r.wall_s:.1f} s'}", file=sys.stderr)
         order = [GRAPHFIX, ORT, GRAPHFIX_NPZ, ORT]
         for n in counts:
             for i in range(args.runs):
                 for tool in order:
-                    r = run_child(tool, n, model, data[n], name, workdir, env, args.timeout)
+                    r = run_child(tool, n, model, data[n], name, workdir, env, args.timeout,
+                                  args.providers)
                     runs.append(r)
                     print(f"n={n} round {i + 1} {tool}: {r.wall_s:.1f} s, {r.peak_mib:.0f} MiB"
                           f"{' FAILED ' + r.error if r.error else ''}", file=sys.stderr)
