@@ -16,10 +16,11 @@ from graphfix.passes.add_nms import OUTPUTS, AddNms, AddNmsOptions, choose_form
 from graphfix.passes.base import PassContext
 from graphfix.passes.manager import run_passes
 from graphfix.passes.plugin_to_nms import PluginToNms
+from graphfix.plugins.nodes import problems
 from graphfix.report import APPLIED
 from graphfix.runtime.feeds import graph_inputs, resolve_shapes
 from graphfix.runtime.outputs import OutputCheck, run_checkable
-from graphfix.trt import parse_target
+from graphfix.trt import parse_target, plugin_for
 
 C, B, HW = 3, 2, 12
 N = HW * HW
@@ -87,6 +88,9 @@ def test_add_nms_matches_numpy_nms(style, trt, op):
     assert result.changed and result.verified, result.notes
     assert op in [n.op_type for n in out.graph.node]
     assert [o.name for o in out.graph.output] == list(OUTPUTS)
+    if op == "EfficientNMS_TRT":  # built by plugins.nodes: valid for the target
+        node = next(n for n in out.graph.node if n.op_type == op)
+        assert problems(node, plugin_for(op), parse_target(trt)) == []
     for seed in (10, 11, 12):
         feeds = random_images(seed)
         assert_same(detections(out, feeds), numpy_detections(model, feeds, style))

@@ -15,11 +15,12 @@ from graphfix.passes.base import PassContext
 from graphfix.passes.nms_for_trt import NmsForTrt, choose
 from graphfix.passes.nms_to_plugin import COUNT, OUTPUTS, NmsToPlugin, NmsToPluginOptions
 from graphfix.passes.plugin_to_nms import PluginToNms
+from graphfix.plugins.nodes import problems
 from graphfix.report import APPLIED
 from graphfix.runtime import references
 from graphfix.runtime.outputs import run_checkable
 from graphfix.runtime.session import run_model
-from graphfix.trt import parse_target
+from graphfix.trt import parse_target, plugin_for
 
 AFTER = ["Constant"] * 5 + ["MatMul", "Slice", "Slice", "Sigmoid", "EfficientNMS_TRT"]
 
@@ -60,6 +61,9 @@ def test_gather_tail_becomes_efficient_nms_with_the_same_detections():
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         assert attrs["box_coding"] == int(center) and attrs["background_class"] == -1
         assert attrs["max_output_boxes"] == 100
+        # built by plugins.nodes: every field typed as the parser reads it, nothing missing
+        assert problems(node, plugin_for("EfficientNMS_TRT")) == []
+        assert attrs["plugin_version"] == b"1" and attrs["plugin_namespace"] == b""
         # ONNX's `score > 0.3` is the plugin's `score >= 0.3 + 1 ulp`
         assert attrs["score_threshold"] == np.nextafter(np.float32(0.3), np.float32(1))
         assert node.input[1] == "scores"  # the Transpose in front of the NMS is reused

@@ -29,6 +29,12 @@ from graphfix.trt import parse_target
 F, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
 NORM = ["ReduceMean", "Sub", "Mul", "ReduceMean", "Add", "Sqrt", "Div"]
 NORM_KEY = "ReduceMean, Sub, Mul, Add, Sqrt, Div"
+NO_RULE = "; no plugin rule replaces it either"
+GROUP_CHOSEN = ("graph", "GroupNormalization: lowered to ONNX ops rather than replaced by the "
+                "plugin GroupNormalizationPlugin (rule groupnorm-to-plugin): the lowering needs "
+                "no plugin library to build or run the engine, and onnxruntime checks it; for "
+                "the plugin's kernel instead, run substitute-plugins{force=true,"
+                "select=groupnorm-to-plugin} before this pass")
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -166,7 +172,7 @@ def test_layer_norm_with_positive_axis_and_unknown_rank_is_left_with_a_note():
     _stays(model, "8.4", [("LayerNormalization 'ln'",
                            "TensorRT 8.4 lists it as unsupported, but it has no exact lowering: "
                            "its axis is 1 and its input's rank is unknown, so the normalized "
-                           "axes are unknown (a negative axis needs no rank)")])
+                           "axes are unknown (a negative axis needs no rank)" + NO_RULE)])
 
 
 def test_layer_norm_is_native_on_8_6_and_forced_with_ops():
@@ -196,7 +202,8 @@ GROUP_KEY = "lowered GroupNormalization into Reshape, ReduceMean, Sub, Mul, Add,
 
 def test_group_norm_opset_18_scales_per_group():
     model = _group_norm(18)
-    out = _lowers(model, "8.4", GROUP_OPS, {GROUP_KEY: 1}, notes=[_opset_note(18, "8.4")])
+    out = _lowers(model, "8.4", GROUP_OPS, {GROUP_KEY: 1},
+                  notes=[GROUP_CHOSEN, _opset_note(18, "8.4")])
     # the reference above is onnxruntime's GroupNormalization-18; it and onnx's reference
     # evaluator both scale per group, as the opset-18 spec says
     feeds = _feeds(model)
@@ -211,7 +218,7 @@ def test_group_norm_opset_18_scales_per_group():
 def test_group_norm_opset_21_scales_per_channel():
     model = _group_norm(21, groups=3)
     expected = ["Reshape", "Shape"] + NORM + ["Reshape", "Mul", "Add", "Reshape"]
-    _lowers(model, "10.16", expected, {GROUP_KEY: 1},
+    _lowers(model, "10.16", expected, {GROUP_KEY: 1}, notes=[GROUP_CHOSEN],
             options=LowerUnsupportedOptions(ops="GroupNormalization"))
 
 
@@ -219,7 +226,7 @@ def test_group_norm_opset_21_on_8_4_with_float16():
     model = _group_norm(21, groups=2, elem=F16)
     expected = ["Cast", "Shape", "Reshape"] + NORM + ["Cast", "Reshape", "Mul", "Add", "Reshape"]
     _lowers(model, "8.4", expected, {GROUP_KEY.replace("into ", "into Cast, "): 1},
-            notes=[_opset_note(21, "8.4")], rtol=2e-3, atol=4e-3)
+            notes=[GROUP_CHOSEN, _opset_note(21, "8.4")], rtol=2e-3, atol=4e-3)
 
 
 def test_group_norm_opset_21_with_unknown_channels_and_a_computed_scale_is_left():
@@ -230,7 +237,9 @@ def test_group_norm_opset_21_with_unknown_channels_and_a_computed_scale_is_left(
     _stays(model, "8.4", [
         ("GroupNormalization 'gn'", "TensorRT 8.4 does not list it, but it has no exact "
          "lowering: its channel count is unknown (neither its input's shape nor a constant "
-         "scale gives it), so the per-channel scale cannot be laid out"),
+         "scale gives it), so the per-channel scale cannot be laid out; the plugin rule "
+         "groupnorm-to-plugin cannot either: the plugin takes 4-D input [N, C, H, W]; this one "
+         "is 3-D"),
         _opset_note(21, "8.4")])
 
 
@@ -351,7 +360,8 @@ def test_a_node_whose_lowering_emits_an_op_the_target_cannot_parse_is_left():
     assert not result.changed
     assert [(n.subject, n.reason) for n in result.notes] == [(
         "Gelu 'act'", "TensorRT 10.0 without Erf/Gelu does not list it, but its lowering "
-        "emits Erf, which TensorRT 10.0 without Erf/Gelu neither parses nor can lower")]
+        "emits Erf, which TensorRT 10.0 without Erf/Gelu neither parses nor can lower"
+        + NO_RULE)]
 
 
 # ----------------------------------------------------------------------------- Einsum
@@ -392,7 +402,7 @@ def test_einsum_that_is_not_a_matrix_multiply_is_left_with_a_note():
     _stays(_einsum("ij,ij->i", [[3, 4], [3, 4]], [3]), "8.0", [(
         "Einsum 'es'", "TensorRT 8.0 lists it as unsupported, but it has no exact lowering: "
         "it is not a (batched) matrix multiply: it contracts 1 letters and keeps 0 of the "
-        "first and 0 of the second operand alone (a MatMul needs 1, 1 and 1)")])
+        "first and 0 of the second operand alone (a MatMul needs 1, 1 and 1)" + NO_RULE)])
 
 
 # ----------------------------------------------------------------------------- targets, options
@@ -432,7 +442,7 @@ def test_an_op_without_a_lowering_that_the_target_lacks_gets_a_note():
     node = helper.make_node("Hardmax", ["x"], ["y"], name="hm")
     _stays(_model([node], [_vi("x", [2, 5])], [_vi("y", [2, 5])], opset=13), "8.6", [
         ("Hardmax 'hm'", "TensorRT 8.6 does not parse it, and graphfix has no exact lowering "
-                         "for it")])
+                         "for it" + NO_RULE)])
 
 
 def test_rewrite_budget_stops_after_the_limit():

@@ -319,3 +319,53 @@ def test_plugins_list_names_rules_and_whether_each_plugin_is_checkable():
     assert rules["scatternd-to-plugin"] == "not needed (native)"
     specs = {s["plugin"]: s for s in data["plugins"]}
     assert specs["ROIAlign_TRT"]["reference"] and not specs["Region_TRT"]["reference"]
+
+
+# ------------------------------------------------- lowering or plugin: lower-unsupported's notes
+
+
+def _notes(result) -> dict[str, str]:
+    """The run's notes ("subject: reason" in the report) by subject."""
+    return dict(n.split(": ", 1) for r in result.report.passes for n in r.notes)
+
+
+def test_an_op_lower_unsupported_leaves_names_the_plugin_that_replaces_it():
+    result = api.run(roialign(), "lower-unsupported", trt="8.4", check=False)
+    assert "RoiAlign" in [n.op_type for n in result.model.graph.node]
+    assert _notes(result)["RoiAlign 'roi'"] == (
+        "TensorRT 8.4 does not parse it, and graphfix has no exact lowering for it; "
+        "substitute-plugins replaces it by the plugin ROIAlign_TRT (rule roialign-to-plugin), "
+        "as the default --trt pipeline does after this pass")
+    # ... and the default --trt pipeline does
+    done = api.run(roialign(), trt="8.4", check=False).model
+    assert [n.op_type for n in done.graph.node] == ["ROIAlign_TRT"]
+
+
+def test_a_run_s_user_rule_is_offered_for_an_op_without_a_lowering(tmp_path):
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump({"rules": [{
+        "name": "hardmax-to-plugin", "match": {"op": "Hardmax"}, "plugin": "Hardmax_TRT",
+        "fields": {"axis": "int32"}, "attributes": {"axis": {"from": "axis", "default": -1}}}]}))
+    model = _model([helper.make_node("Hardmax", ["x"], ["y"], name="hm")], [_vi("x", [2, 5])],
+                   [_vi("y", None)], opset=13)
+    result = api.run(model, "lower-unsupported", trt="8.6", check=False, plugin_rules=[path])
+    assert _notes(result)["Hardmax 'hm'"].endswith(
+        "substitute-plugins replaces it by the plugin Hardmax_TRT (rule hardmax-to-plugin), "
+        "as the default --trt pipeline does after this pass")
+
+
+def test_a_lowered_op_says_why_not_the_plugin_and_the_advice_gives_the_plugin():
+    x = RNG.standard_normal((2, 6, 3, 5)).astype(np.float32)
+    model = _model([helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], name="gn",
+                                     num_groups=2, epsilon=1e-4)],
+                   [_vi("x", list(x.shape))], [_vi("y", list(x.shape))],
+                   [numpy_helper.from_array(np.array([1.5, 0.5], np.float32), "s"),
+                    numpy_helper.from_array(np.array([0.1, -0.2], np.float32), "b")], opset=18)
+    lowered = api.run(model, "lower-unsupported", trt="8.4", check=False)
+    assert "GroupNormalization" not in [n.op_type for n in lowered.model.graph.node]
+    notes = [n for r in lowered.report.passes for n in r.notes]
+    assert any(n.startswith("graph: GroupNormalization: lowered to ONNX ops rather than "
+                            "replaced by the plugin GroupNormalizationPlugin") for n in notes)
+    advice = "substitute-plugins{force=true,select=groupnorm-to-plugin},lower-unsupported"
+    plugin = api.run(model, advice, trt="8.4").model  # checked through its reference form
+    assert [n.op_type for n in plugin.graph.node] == ["GroupNormalizationPlugin"]

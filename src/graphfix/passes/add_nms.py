@@ -37,7 +37,9 @@ from graphfix.nms.onnxops import MIN_OPSET, Emitter, clashes, insert
 from graphfix.nms.reference import corners as np_corners
 from graphfix.nms.reference import nms_batch
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
+from graphfix.plugins.nodes import plugin_node
 from graphfix.runtime.session import run_model
+from graphfix.trt import TrtTarget
 
 OUTPUTS = ("num_dets", "boxes", "scores", "labels")
 FORMS = ("auto", "efficient", "onnx")
@@ -75,7 +77,7 @@ class AddNms(Pass):
         form, why = choose_form(ctx.trt, opts.form)
         trial = graph.copy()
         before = runnable_model(trial)
-        dec = _appendix(head, opts, form, trial.opset)
+        dec = _appendix(head, opts, form, trial.opset, ctx.trt)
         if taken := clashes(trial, dec, set()):
             result.notes.append(Note(head.output, f"names {taken[:4]} are taken in the graph"))
             return result
@@ -84,7 +86,7 @@ class AddNms(Pass):
         if not ok:
             result.notes.append(Note(head.output, f"not added: {verdict}"))
             return result
-        _append(graph, head, _appendix(head, opts, form, graph.opset), opts.max)
+        _append(graph, head, _appendix(head, opts, form, graph.opset, ctx.trt), opts.max)
         result.changed = True
         result.counts[f"added NMS ({form} form) to a {head.style} head"] += 1
         result.notes.append(Note(head.output, f"{head.describe()}; {why}"))
@@ -118,7 +120,8 @@ def choose_form(target, asked: str = "auto") -> tuple[str, str]:
                     "NonMaxSuppression (TensorRT's INMSLayer)")
 
 
-def _appendix(head: RawHead, opts: AddNmsOptions, form: str, opset: int):
+def _appendix(head: RawHead, opts: AddNmsOptions, form: str, opset: int,
+              target: TrtTarget | None):
     """The nodes from the raw head to the four outputs (a Decomposition)."""
     em = Emitter(f"{head.output}_nms", opset, f"{head.output}/add_nms")
     x = head.output
@@ -130,11 +133,13 @@ def _appendix(head: RawHead, opts: AddNmsOptions, form: str, opset: int):
     scores = em.op("Slice", [x, em.const([first]), big, axis])
     if head.objectness:
         scores = em.op("Mul", [scores, em.op("Slice", [x, em.const([4]), em.const([5]), axis])])
-    if form == "efficient":
-        em.ops("EfficientNMS_TRT", [boxes, scores], 4, list(OUTPUTS),
-               score_threshold=float(opts.score), iou_threshold=float(opts.iou),
-               max_output_boxes=int(opts.max), background_class=-1, score_activation=0,
-               box_coding=0, plugin_version="1")
+    if form == "efficient":  # typed and validated by plugins.nodes, the target's version
+        em.nodes.append(plugin_node(
+            "EfficientNMS_TRT", [boxes, scores], list(OUTPUTS),
+            {"score_threshold": opts.score, "iou_threshold": opts.iou,
+             "max_output_boxes": opts.max, "background_class": -1, "score_activation": 0,
+             "box_coding": 0}, name=f"{em.node_name}/EfficientNMS_TRT_{len(em.nodes)}",
+            target=target))
         return em.decomposition()
     spec = NmsSpec(max_output=opts.max, score_threshold=onnx_threshold(opts.score),
                    iou_threshold=onnx_threshold(opts.iou))

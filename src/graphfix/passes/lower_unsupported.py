@@ -49,6 +49,7 @@ from graphfix.plugins.lowering import (
     parses,
     unavailable,
 )
+from graphfix.plugins.rules import Rule
 
 REDUCE_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
               "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
@@ -97,7 +98,9 @@ class LowerUnsupported(Pass):
     has no exact decomposition (an Einsum that is not a matrix multiply, an unknown float
     type or rank); an emitted op the target cannot parse; ReduceX axes the target cannot
     read (module docstring); an op the target lacks that has no lowering at all; no
-    target and no `ops`.
+    target and no `ops`. A note on a node left alone says whether a plugin rule
+    (substitute-plugins) can replace it; an op lowered where a plugin rule could have
+    replaced it gets a note saying why the lowering was chosen and how to get the plugin.
     """
 
     name = "lower-unsupported"
@@ -117,10 +120,11 @@ class LowerUnsupported(Pass):
                                      "{ops=...}"))
             return result
         opset, names = opset_of(graph), names_in_use(graph)
+        plugins, replaceable = _Plugins(opset, ctx.plugin_rules, target), {}
         for g in list(all_graphs(graph)):
             for node in [n for n in g.nodes if n.outputs and is_onnx(n)]:
                 env = Env(g, opset, float_dtype(node.inputs[0]) if node.inputs else None)
-                checked = _check(node, env, target, forced)
+                checked = _check(node, env, target, forced, plugins)
                 if checked is None:
                     continue
                 if isinstance(checked, str):
@@ -129,8 +133,11 @@ class LowerUnsupported(Pass):
                                                       f"{', '.join(dict.fromkeys(checked.ops))}"):
                     result.notes.append(Note(node_label(node), LIMIT_REACHED))
                 else:
-                    _lower(node, checked, env, names, target, forced, result)
+                    if rule := plugins.replaceable(node):
+                        replaceable.setdefault(node.op, rule)
+                    _lower(node, checked, env, names, target, forced, result, plugins)
         result.changed = bool(result.counts)
+        result.notes.extend(_chosen(op, replaceable[op]) for op in sorted(replaceable))
         result.notes.extend(_opset_note(opset, target))
         if not result.changed and not result.notes:
             what = f"for {target.label()}" if target is not None else "of the forced op types"
@@ -138,7 +145,8 @@ class LowerUnsupported(Pass):
         return result
 
 
-def _check(node: gs.Node, env: Env, target, forced: frozenset[str]) -> _Plan | str | None:
+def _check(node: gs.Node, env: Env, target, forced: frozenset[str], plugins: _Plugins
+           ) -> _Plan | str | None:
     """What to do with one node: a plan, a note, or None (nothing to say)."""
     lowering = LOWERINGS.get(node.op)
     if node.op in forced:
@@ -146,7 +154,7 @@ def _check(node: gs.Node, env: Env, target, forced: frozenset[str]) -> _Plan | s
     elif target is None:
         return None
     elif lowering is None:
-        return _no_lowering(node, env, target)
+        return _no_lowering(node, env, target, plugins)
     else:
         row = target.op(node.op)
         if row is not None and row.supported:
@@ -159,36 +167,92 @@ def _check(node: gs.Node, env: Env, target, forced: frozenset[str]) -> _Plan | s
     assert lowering is not None, "forced ops are checked by the options"
     emit = lowering.plan(node, env)
     if isinstance(emit, str):
-        return f"{why}, but it has no exact lowering: {emit}"
+        return f"{why}, but it has no exact lowering: {emit}" + plugins.instead(node)
     ops = emitted_ops(emit, env)
     missing = unavailable(ops, target) if target is not None else []
     if missing:
         return (f"{why}, but its lowering emits {', '.join(missing)}, which "
-                f"{target.label()} neither parses nor can lower")
+                f"{target.label()} neither parses nor can lower" + plugins.instead(node))
     return _Plan(emit, ops)
 
 
 def _lower(node: gs.Node, plan: _Plan, env: Env, names: set[str], target,
-           forced: frozenset[str], result: PassResult) -> None:
+           forced: frozenset[str], result: PassResult, plugins: _Plugins) -> None:
     """Apply the plan, then lower the emitted nodes the target cannot parse (or forced)."""
     op = node.op
     for new in apply(node, plan.emit, env, names):
         if new.op in forced or (target is not None and not parses(target, new.op)):
             sub_env = Env(env.graph, env.opset, float_dtype(new.inputs[0]))
-            checked = _check(new, sub_env, target, forced)
+            checked = _check(new, sub_env, target, forced, plugins)
             if isinstance(checked, _Plan):
-                _lower(new, checked, sub_env, names, target, forced, result)
+                _lower(new, checked, sub_env, names, target, forced, result, plugins)
             elif checked:
                 result.notes.append(Note(node_label(new), checked))
     result.counts[f"lowered {op} into {', '.join(dict.fromkeys(plan.ops))}"] += 1
 
 
-def _no_lowering(node: gs.Node, env: Env, target) -> str | None:
+def _no_lowering(node: gs.Node, env: Env, target, plugins: _Plugins) -> str | None:
     if node.op in REDUCE_OPS:
         return _reduce_axes(node, env, target)
     if parses(target, node.op):
         return None
-    return f"{target.label()} does not parse it, and graphfix has no exact lowering for it"
+    return (f"{target.label()} does not parse it, and graphfix has no exact lowering for it"
+            + plugins.instead(node))
+
+
+class _Plugins:
+    """The plugin rules (built-in, entry points, the run's --plugin-rules) that replace a
+    whole op, for notes on the other way out: where a node cannot be lowered, whether
+    substitute-plugins can replace it; where a node was lowered though a plugin could
+    have replaced it, which was chosen and why. Loaded on first use."""
+
+    def __init__(self, opset: int, extra, target) -> None:
+        self._opset, self._extra, self._target = opset, tuple(extra), target
+        self._rules: list | None = None
+
+    def verdict(self, node: gs.Node) -> tuple[Rule | None, str]:
+        """(the first rule replacing this node's op itself, why it cannot here or ""); a
+        rule for a decomposed form, anchored at one of its ops, does not count."""
+        if self._rules is None:
+            from graphfix.plugins.user import all_rules
+
+            self._rules = all_rules(self._opset, self._extra)
+        op = node.op
+        for rule in self._rules:
+            if rule.anchor != op or rule.domain not in ("", "ai.onnx") or (
+                    rule.native and op not in rule.native):
+                continue
+            match = rule.pattern(node)
+            if match is None:
+                continue
+            return rule, rule.plugin_status(self._target) or rule.check(match) or ""
+        return None, ""
+
+    def instead(self, node: gs.Node) -> str:
+        """A note's ending: what substitute-plugins can do for a node not lowered."""
+        if self._target is None:  # forced op types: no target to judge a plugin by
+            return ""
+        rule, why = self.verdict(node)
+        if rule is None:
+            return "; no plugin rule replaces it either"
+        if why:
+            return f"; the plugin rule {rule.name} cannot either: {why}"
+        return (f"; substitute-plugins replaces it by the plugin {rule.plugin} (rule "
+                f"{rule.name}), as the default --trt pipeline does after this pass")
+
+    def replaceable(self, node: gs.Node) -> Rule | None:
+        """The rule that could have replaced a node about to be lowered, else None."""
+        rule, why = self.verdict(node) if self._target is not None else (None, "")
+        return rule if rule is not None and not why else None
+
+
+def _chosen(op: str, rule: Rule) -> Note:
+    """Why an op was lowered where a plugin rule could have replaced it."""
+    return Note("graph", (
+        f"{op}: lowered to ONNX ops rather than replaced by the plugin {rule.plugin} (rule "
+        f"{rule.name}): the lowering needs no plugin library to build or run the engine, "
+        "and onnxruntime checks it; for the plugin's kernel instead, run "
+        f"substitute-plugins{{force=true,select={rule.name}}} before this pass"))
 
 
 @cache

@@ -69,7 +69,9 @@ from graphfix.passes._class_offset import (
     shape_of,
 )
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
+from graphfix.plugins.nodes import add_to_graph, plugin_gs_node
 from graphfix.runtime.session import run_model
+from graphfix.trt import TrtTarget
 
 OUTPUTS = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
 COUNT = "replaced ONNX NonMaxSuppression and its tail by EfficientNMS_TRT"
@@ -150,7 +152,7 @@ class NmsToPlugin(Pass):
             result.notes.append(Note(region.label, plan))
             return result
         trial = graph.copy()
-        rewrite(trial, plan)
+        rewrite(trial, plan, ctx.trt)
         ok, verdict = _verify(before, runnable_model(trial), plan, region, ctx)
         if not ok:
             result.notes.append(Note(region.label, f"not converted: {verdict} ({_caps(plan)})"))
@@ -158,7 +160,7 @@ class NmsToPlugin(Pass):
         if not ctx.allow_rewrite(self.name, region.label):
             result.notes.append(Note(region.label, LIMIT_REACHED))
             return result
-        rewrite(graph, plan)
+        rewrite(graph, plan, ctx.trt)
         result.changed = True
         result.counts[COUNT] += 1
         result.notes.append(Note(region.label, f"{_caps(plan)} (detections equal on the "
@@ -234,7 +236,7 @@ def plan_region(graph: gs.Graph, model: onnx.ModelProto, region: NmsRegion, k: i
     iou, score = limits
     attrs = dict(score_threshold=score, iou_threshold=iou, max_output_boxes=int(k),
                  background_class=-1, score_activation=0,
-                 box_coding=int(region.box_format is BoxFormat.CENTER), plugin_version="1")
+                 box_coding=int(region.box_format is BoxFormat.CENTER))
     return Plan(region.label, nms.name or "nms", region.outputs, boxes.name, scores_in,
                 transpose, scores.name, tuple(drop), attrs, cap, offset)
 
@@ -294,8 +296,9 @@ def _tail(graph: gs.Graph, nms: gs.Node) -> tuple[list[str], str]:
     return sorted(reached), ""
 
 
-def rewrite(graph: gs.Graph, plan: Plan) -> None:
-    """Add the EfficientNMS_TRT node, make its outputs the graph's, drop the tail's."""
+def rewrite(graph: gs.Graph, plan: Plan, target: TrtTarget | None = None) -> None:
+    """Add the EfficientNMS_TRT node (typed and validated by `plugins.nodes`, its
+    plugin_version the target's), make its outputs the graph's, drop the tail's."""
     tensors = graph.tensors()
     boxes, scores = tensors[plan.boxes], tensors[plan.scores]
     if plan.transpose:
@@ -311,7 +314,8 @@ def rewrite(graph: gs.Graph, plan: Plan) -> None:
              (scores.dtype or np.float32, [batch, k]), (np.int32, [batch, k]))
     outs = [gs.Variable(n, dtype, shape) for n, (dtype, shape) in zip(OUTPUTS, kinds, strict=True)]
     name = fresh_name(f"{plan.node_name}_efficient", {n.name for n in graph.nodes})
-    graph.nodes.append(gs.Node("EfficientNMS_TRT", name, dict(plan.attrs), [boxes, scores], outs))
+    add_to_graph(graph, plugin_gs_node("EfficientNMS_TRT", [boxes, scores], outs, plan.attrs,
+                                       name=name, target=target))
     graph.outputs = [t for t in graph.outputs if t.name not in plan.drop] + outs
     graph.cleanup(remove_unused_graph_inputs=False)
 

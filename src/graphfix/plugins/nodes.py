@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx.defs
+import onnx_graphsurgeon as gs
 from onnx import AttributeProto, TensorProto, helper
 
 from graphfix.errors import GraphfixError
@@ -137,6 +138,29 @@ def plugin_node(op_type: str, inputs: Sequence[str], outputs: Sequence[str],
                 "fix the attributes (graphfix plugins list shows each plugin's fields)")
     return node
 
+
+def plugin_gs_node(op_type: str, inputs: Sequence[gs.Tensor], outputs: Sequence[gs.Tensor],
+                   attributes: Mapping[str, Any], *, name: str, version: str | None = None,
+                   namespace: str = "", target: TrtTarget | None = None,
+                   declared: Mapping[str, str] | None = None) -> gs.Node:
+    """`plugin_node`'s node (typed, validated: raises before anything is changed) as a
+    graphsurgeon node wired to `inputs` and `outputs`; `add_to_graph` adds it."""
+    proto = plugin_node(op_type, [t.name for t in inputs], [t.name for t in outputs],
+                        attributes, name=name, version=version, namespace=namespace,
+                        target=target, declared=declared)
+    attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
+    attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
+    return gs.Node(op_type, name, attrs, list(inputs), list(outputs),
+                   domain=proto.domain or None)
+
+
+def add_to_graph(graph: gs.Graph, node: gs.Node) -> gs.Node:
+    """Append a plugin node to `graph`, importing its domain when it has one."""
+    graph.nodes.append(node)
+    if node.domain and node.domain not in {d.domain for d in graph.import_domains or ()}:
+        graph.import_domains = [*(graph.import_domains or ()),
+                                helper.make_opsetid(node.domain, 1)]
+    return node
 
 def default_version(spec: PluginSpec | None, target: TrtTarget | None) -> str:
     """The plugin_version to write: for a target, the oldest version not deprecated by

@@ -6,7 +6,7 @@ A rule is anchored at one node: `pattern(node)` returns a `Match` (the anchor fi
 the other nodes of the subgraph it covers) or None; `check(match)` returns None or why the
 rule must not apply there; `rewrite(match)` returns the `Replacement`: the plugin's inputs,
 outputs (the matched subgraph's outputs, so their names stay), attributes and version.
-`apply` builds the node through `plugins.nodes.plugin_node` (typed, validated) and cuts the
+`apply` builds the node through `plugins.nodes.plugin_gs_node` (typed, validated) and cuts the
 matched nodes out; the pass manager's cleanup removes them.
 
 When a rule is useful, per target:
@@ -32,7 +32,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 from onnx import helper
 
-from graphfix.plugins.nodes import plugin_node
+from graphfix.plugins.nodes import add_to_graph, plugin_gs_node
 from graphfix.trt import TrtTarget, plugin_for
 
 
@@ -174,28 +174,18 @@ def apply(graph: gs.Graph, item: Found, overrides: Mapping[str, Any] | None = No
     namespace = overrides.pop("plugin_namespace", rule.namespace)
     attributes.update(overrides)
     name = match.anchor.name or rep.outputs[0].name
-    proto = plugin_node(rule.plugin, [t.name for t in rep.inputs],
-                        [t.name for t in rep.outputs], attributes, name=name,
-                        version=version, namespace=namespace, target=target,
-                        declared=rule.declared)
-    attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
-    attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
+    plugin = plugin_gs_node(rule.plugin, rep.inputs, rep.outputs, attributes, name=name,
+                            version=version, namespace=namespace, target=target,
+                            declared=rule.declared)
     for node in match.nodes:
         node.outputs.clear()
         node.inputs.clear()
-    inputs = list(rep.inputs)
     for index, dtype in rep.casts.items():
-        source = inputs[index]
+        source = plugin.inputs[index]
         cast = gs.Variable(f"{source.name}_gf_{np.dtype(dtype).name}", np.dtype(dtype),
                            source.shape)
         graph.nodes.append(gs.Node("Cast", f"{name}_gf_cast{index}",
                                    {"to": helper.np_dtype_to_tensor_dtype(np.dtype(dtype))},
                                    [source], [cast]))
-        inputs[index] = cast
-    plugin = gs.Node(rule.plugin, name, attrs, inputs, list(rep.outputs),
-                     domain=proto.domain or None)
-    graph.nodes.append(plugin)
-    if proto.domain and proto.domain not in {d.domain for d in graph.import_domains or ()}:
-        graph.import_domains = [*(graph.import_domains or ()),
-                                helper.make_opsetid(proto.domain, 1)]
-    return plugin
+        plugin.inputs[index] = cast
+    return add_to_graph(graph, plugin)
