@@ -14,14 +14,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphfix.doctor import diagnose
 from graphfix.graph import fingerprint
+from graphfix.plugins.einsum import ELLIPSIS, parse_einsum
 from graphfix.plugins.lowering import (
-    ELLIPSIS,
     LOWERINGS,
     NO_DTYPE,
     Env,
     emitted_ops,
     lowering_for,
-    parse_einsum,
     unavailable,
 )
 from graphfix.trt import parse_target

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import onnx_graphsurgeon as gs
+from onnx import helper
 
 
 def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
@@ -104,3 +105,26 @@ def _attr_key(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_attr_key(v) for v in value)
     return value
+
+
+STANDARD_DOMAINS = ("", "ai.onnx")
+
+
+def drop_unused_imports(graph: gs.Graph) -> int:
+    """Drop opset imports of non-standard domains no live node uses (in any subgraph or
+    local function); returns how many.
+
+    gs's `import_domains` is the imported model's own `opset_import` container, so
+    it is replaced by a new list, never edited in place.
+    """
+    if not graph.import_domains:
+        return 0
+    used = {n.domain or "" for g in all_graphs(graph) for n in g.nodes if n.outputs}
+    for func in getattr(graph, "functions", None) or []:
+        used.add(func.domain or "")
+        used |= {n.domain or "" for n in func.nodes}
+    keep = [d for d in graph.import_domains if d.domain in STANDARD_DOMAINS or d.domain in used]
+    dropped = len(graph.import_domains) - len(keep)
+    if dropped:
+        graph.import_domains = [helper.make_opsetid(d.domain, d.version) for d in keep]
+    return dropped

@@ -38,7 +38,7 @@ import onnx_graphsurgeon as gs
 
 from graphfix.errors import GraphfixError
 from graphfix.graph import all_graphs, is_onnx, names_in_use, node_label, opset_of
-from graphfix.passes._unfuse_emit import float_dtype
+from graphfix.graph.dtypes import float_dtype
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
 from graphfix.plugins.lowering import (
     LOWERINGS,

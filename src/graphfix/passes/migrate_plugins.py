@@ -33,13 +33,13 @@ import onnx_graphsurgeon as gs
 from onnx import helper, numpy_helper
 
 from graphfix.graph import all_graphs, constant_value, names_in_use, node_label, opset_of
+from graphfix.graph.walk import drop_unused_imports
 from graphfix.nms.efficient import batched_nms, efficient_nms
 from graphfix.nms.onnxops import insert
 from graphfix.nms.ssd import SSD_PLUGINS, detection_output
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
-from graphfix.passes.unfuse_contrib import _drop_unused_imports
 from graphfix.plugins.native import migration_for
-from graphfix.runtime.references import _FALLBACK_OPSET, Decomposition, Unavailable
+from graphfix.runtime.references import FALLBACK_OPSET, Decomposition, Unavailable
 from graphfix.trt import PluginSpec, TrtTarget, plugin_for
 
 Build = Callable[[onnx.NodeProto, int], Decomposition]
@@ -79,7 +79,7 @@ class MigratePlugins(Pass):
             return result
         has_default = graph.import_domains is None or any(
             d.domain in _STANDARD for d in graph.import_domains)
-        opset = opset_of(graph) if has_default else _FALLBACK_OPSET
+        opset = opset_of(graph) if has_default else FALLBACK_OPSET
         taken = names_in_use(graph)
         found = False
         for g in list(all_graphs(graph)):
@@ -95,7 +95,7 @@ class MigratePlugins(Pass):
                                           for d in graph.import_domains),
                                         helper.make_opsetid("", opset)]
                 graph.opset = opset
-            _drop_unused_imports(graph)
+            drop_unused_imports(graph)
         if not found:
             result.notes.append(Note("graph", "no TensorRT plugin node"))
         return result

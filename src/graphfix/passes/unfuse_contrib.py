@@ -22,16 +22,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx_graphsurgeon as gs
-from onnx import helper
 
 from graphfix.errors import GraphfixError
 from graphfix.graph import all_graphs, names_in_use, node_label, opset_of
+from graphfix.graph.dtypes import float_dtype
+from graphfix.graph.walk import drop_unused_imports
 from graphfix.passes import _unfuse_nchwc as nchwc
 from graphfix.passes._unfuse_emit import (
     Emitter,
     Step,
     conv_activation,
-    float_dtype,
     gemm_activation,
     needs_dtype,
     replace_with_chain,
@@ -99,7 +99,7 @@ class UnfuseContrib(Pass):
                     result.notes.append(Note(node_label(node), reason))
                 else:
                     result.counts[f"rewrote {node.op} as standard ops"] += 1
-        dropped = _drop_unused_imports(graph)
+        dropped = drop_unused_imports(graph)
         if dropped:
             result.counts["dropped unused opset imports"] += dropped
         result.changed = bool(result.counts)
@@ -207,20 +207,3 @@ def _leftovers(graph: gs.Graph) -> list[Note]:
     ]
 
 
-def _drop_unused_imports(graph: gs.Graph) -> int:
-    """Drop opset imports of non-standard domains no node uses; returns how many.
-
-    gs's `import_domains` is the imported model's own `opset_import` container, so
-    it is replaced by a new list, never edited in place.
-    """
-    if not graph.import_domains:
-        return 0
-    used = {n.domain or "" for n in _live_nodes(graph)}
-    for func in getattr(graph, "functions", None) or []:
-        used.add(func.domain or "")
-        used |= {n.domain or "" for n in func.nodes}
-    keep = [d for d in graph.import_domains if d.domain in _STANDARD or d.domain in used]
-    dropped = len(graph.import_domains) - len(keep)
-    if dropped:
-        graph.import_domains = [helper.make_opsetid(d.domain, d.version) for d in keep]
-    return dropped

@@ -33,7 +33,7 @@ from graphfix.runtime.session import run_model
 from graphfix.trt.plugins import plugin_for
 
 PLUGIN_DOMAIN = "trt.plugins"  # a registration here covers the plugin's op_type in any domain
-_FALLBACK_OPSET = 17  # default-domain opset added when a decomposed model imports none
+FALLBACK_OPSET = 17  # default-domain opset added when a decomposed model imports none
 
 
 def _norm(domain: str) -> str:
@@ -147,7 +147,7 @@ def substitute(model: onnx.ModelProto, references: References | None = None) -> 
     if not walk.decomposed:
         walk.result.model = model
     elif "" not in opsets:
-        out.opset_import.append(helper.make_opsetid("", _FALLBACK_OPSET))
+        out.opset_import.append(helper.make_opsetid("", FALLBACK_OPSET))
     return walk.result
 
 
@@ -279,7 +279,7 @@ def _replace(node: onnx.NodeProto, graph: onnx.GraphProto, walk: _Walk,
             walk.result.replaced.append(f"{where} -> numpy kernel")
         return [node]
     try:
-        dec = entry.reference.build(node, walk.opsets.get("", _FALLBACK_OPSET))
+        dec = entry.reference.build(node, walk.opsets.get("", FALLBACK_OPSET))
         _fit(dec, node, walk.taken)
     except Unavailable as exc:
         walk.not_checkable(f"{label}: {exc}")

@@ -1,0 +1,61 @@
+"""The floating dtype of a graphsurgeon tensor, found through its producers when it has
+none of its own (onnxruntime's saved models carry no value_info)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx_graphsurgeon as gs
+from onnx import helper
+
+
+def float_dtype(tensor: gs.Tensor, memo: dict[int, Any] | None = None) -> np.dtype | None:
+    """The floating dtype of a tensor: its own, else found through its producers.
+
+    onnxruntime's saved models carry no value_info, so intermediate tensors have no
+    dtype in gs. Walking back through producers finds the first floating input (a
+    Cast gives its `to`), which is the tensor's type for every float op that keeps
+    its input's type. Returns None when none is found.
+    """
+    memo = {} if memo is None else memo
+    key = id(tensor)
+    if key in memo:
+        return memo[key]
+    memo[key] = None  # guards against cycles through subgraph links
+    found = _own_float_dtype(tensor)
+    if found is None and len(tensor.inputs) == 1:
+        producer = tensor.inputs[0]
+        if producer.op == "Cast" and "to" in producer.attrs:
+            found = _as_float(helper.tensor_dtype_to_np_dtype(int(producer.attrs["to"])))
+        else:
+            candidates = producer.inputs[1:2] if producer.op == "CastLike" else producer.inputs
+            for inp in candidates:
+                found = float_dtype(inp, memo) if not inp.is_empty() else None
+                if found is not None:
+                    break
+    memo[key] = found
+    return found
+
+
+def _own_float_dtype(tensor: gs.Tensor) -> np.dtype | None:
+    try:
+        dtype = tensor.dtype
+    except Exception:  # a lazily loaded constant of a type numpy lacks
+        return None
+    if dtype is None:
+        return None
+    if isinstance(dtype, int):
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(dtype)
+        except Exception:
+            return None
+    return _as_float(dtype)
+
+
+def _as_float(dtype: Any) -> np.dtype | None:
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        return None
+    return dtype if np.issubdtype(dtype, np.floating) else None
