@@ -9,6 +9,7 @@ import sys
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from pluginhelpers import USER_PY
 from typer.testing import CliRunner
 
 from graphfix import api
@@ -18,19 +19,7 @@ from graphfix.plugins.user import ENTRY_POINT_GROUP, all_rules, entry_point_rule
 
 runner = CliRunner()
 
-MODULE = '''
-from graphfix.plugins.rules import Match, Replacement, Rule
-
-def _rewrite(match):
-    node = match.anchor
-    return Replacement(list(node.inputs), list(node.outputs),
-                       {"alpha": node.attrs.get("alpha", 0.5), "size": 3})
-
-RULES = [Rule(name="epop-to-plugin", summary="ep.ops::EpOp -> EpPlugin_TRT",
-              plugin="EpPlugin_TRT", anchor="EpOp", domain="ep.ops",
-              pattern=lambda node: Match([node]), rewrite=_rewrite,
-              declared={"alpha": "float32", "size": "int32"})]
-
+MODULE = USER_PY + '''
 def rules():
     return RULES
 
@@ -57,11 +46,11 @@ def install(tmp_path, monkeypatch, module: str, entries: dict[str, str]) -> None
 def model() -> onnx.ModelProto:
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-         helper.make_node("EpOp", ["r"], ["y"], name="ep", domain="ep.ops", alpha=0.25)],
+         helper.make_node("MyOp", ["r"], ["y"], name="mine", domain="my.ops", alpha=0.25)],
         "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                   helper.make_opsetid("ep.ops", 1)])
+                                                   helper.make_opsetid("my.ops", 1)])
 
 
 @pytest.mark.parametrize("target", ["rules", "RULES"])  # a function, or a list
@@ -69,20 +58,20 @@ def test_an_installed_entry_point_supplies_rules(tmp_path, monkeypatch, target):
     install(tmp_path, monkeypatch, f"gfx_ep_{target.lower()}", {"mine": f"gfx_ep_"
                                                                 f"{target.lower()}:{target}"})
     rules = entry_point_rules()
-    assert [r.name for r in rules] == ["epop-to-plugin"]
+    assert [r.name for r in rules] == ["myop-to-plugin"]
     assert rules[0].source.startswith("entry point mine (")
-    assert [r.name for r in all_rules(17)][-1] == "epop-to-plugin"
+    assert [r.name for r in all_rules(17)][-1] == "myop-to-plugin"
 
     result = api.run(model(), "substitute-plugins", trt="10.16", check=False)
     node = result.model.graph.node[-1]
-    assert (node.op_type, node.domain) == ("EpPlugin_TRT", "")
+    assert (node.op_type, node.domain) == ("MyPlugin_TRT", "")
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     assert attrs == {"alpha": pytest.approx(0.25), "size": 3, "plugin_version": b"1",
                      "plugin_namespace": b""}
 
     listed = runner.invoke(app, ["plugins", "list"])
     assert listed.exit_code == 0, listed.output
-    assert "epop-to-plugin" in listed.output
+    assert "myop-to-plugin" in listed.output
 
 
 @pytest.mark.parametrize("attr, says", [

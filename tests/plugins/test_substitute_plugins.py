@@ -9,6 +9,7 @@ import pytest
 import yaml
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
+from pluginhelpers import USER_PY
 from typer.testing import CliRunner
 
 from graphfix import api
@@ -170,19 +171,6 @@ def test_plugin_node_types_values_and_rejects_what_the_spec_forbids():
 
 # ----------------------------------------------------------------------------- user rules
 
-USER_PY = '''
-from graphfix.plugins.rules import Match, Replacement, Rule
-
-def _rewrite(match):
-    node = match.anchor
-    return Replacement(list(node.inputs), list(node.outputs),
-                       {"alpha": node.attrs.get("alpha", 0.5), "size": 3})
-
-RULES = [Rule(name="myop-to-plugin", summary="my.ops::MyOp -> MyPlugin_TRT",
-              plugin="MyPlugin_TRT", anchor="MyOp", domain="my.ops",
-              pattern=lambda node: Match([node]), rewrite=_rewrite,
-              declared={"alpha": "float32", "size": "int32"})]
-'''
 
 USER_YAML = {"rules": [{"name": "myop-to-plugin", "match": {"op": "MyOp", "domain": "my.ops"},
                         "plugin": "MyPlugin_TRT", "fields": {"alpha": "float32", "size": "int32"},
