@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import pytest
 from nmshelpers import apply
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from graphfix.graph import to_graph
 from graphfix.nms.ssd import (
@@ -418,3 +418,22 @@ def test_plugin_to_nms_writes_the_decomposition(op):
     _, result = apply(PluginToNms(), refused)
     assert not result.changed and "caffe semantics" in str(result.notes[0])
 
+
+
+@pytest.mark.parametrize("op", SSD_PLUGINS)
+def test_priors_baked_in_as_an_initializer_survive_plugin_to_nms(op):
+    """SSD exports often carry the priors as an initializer only the plugin reads: the
+    replacement must wire its nodes to that initializer, not to an unproduced tensor."""
+    attrs = ssd_attrs(codeType=CORNER)
+    model = ssd_model(op, attrs, 2, 27)
+    feeds = ssd_inputs(2, 4, 12, attrs)
+    want = _run(model, feeds)
+    prior = feeds.pop("prior")
+    model.graph.input.remove(next(i for i in model.graph.input if i.name == "prior"))
+    model.graph.initializer.append(numpy_helper.from_array(prior, "prior"))
+    out, result = apply(PluginToNms(), model)  # apply runs the full checker
+    assert result.counts[COUNT] == 1, result.notes
+    assert "prior" in {t.name for t in out.graph.initializer}
+    got = run_model(out, feeds)
+    np.testing.assert_array_equal(got["detections"], want[0])
+    np.testing.assert_array_equal(got["keep_count"], want[1])

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+from onnx import helper, numpy_helper
 from onnx_graphsurgeon.logger import G_LOGGER
 
+from graphfix.graph.rewire import constant_value
 from graphfix.graph.walk import all_graphs
 
 
@@ -57,3 +60,16 @@ def runnable_model(graph: gs.Graph) -> onnx.ModelProto:
         model = gs.export_onnx(graph, do_type_check=False)
     model.ir_version = compatible_ir_version(model)
     return model
+
+
+def node_proto(node: gs.Node) -> onnx.NodeProto:
+    """A graphsurgeon node as an ONNX NodeProto (TENSOR attributes as tensors), for code
+    that builds from protos (reference forms, plugin migrations)."""
+    attrs = {}
+    for key, value in node.attrs.items():
+        if isinstance(value, gs.Constant):
+            value = numpy_helper.from_array(np.asarray(constant_value(value)), value.name)
+        attrs[key] = value
+    return helper.make_node(node.op, [t.name for t in node.inputs],
+                            [t.name for t in node.outputs], name=node.name,
+                            domain=node.domain or None, **attrs)

@@ -97,7 +97,23 @@ def insert(graph: gs.Graph, dec: Decomposition) -> list[gs.Node]:
     return added
 
 
+def made_names(dec: Decomposition) -> set[str]:
+    """The tensor names a decomposition writes: its nodes' outputs and its initializers."""
+    return {o for n in dec.nodes for o in n.output if o} | {t.name for t in dec.initializers}
+
+
 def clashes(graph: gs.Graph, dec: Decomposition, own: set[str]) -> list[str]:
     """Names the decomposition makes that the graph already uses (other than `own`)."""
-    made = {o for n in dec.nodes for o in n.output} | {t.name for t in dec.initializers}
-    return sorted((made - own) & set(graph.tensors()))
+    return sorted((made_names(dec) - own) & set(graph.tensors()))
+
+
+def replace_node(graph: gs.Graph, node: gs.Node, dec: Decomposition) -> list[gs.Node]:
+    """Replace `node` by `dec`, which writes the node's output names. The node's inputs
+    stay wired until the decomposition is in, so `insert` finds them by name: an
+    initializer the node alone read would otherwise be gone from the graph's tensors, and
+    `insert` would make an unproduced Variable of its name."""
+    node.outputs.clear()
+    added = insert(graph, dec)
+    node.inputs.clear()
+    graph.nodes.remove(node)
+    return added

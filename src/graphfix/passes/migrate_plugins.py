@@ -26,16 +26,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import onnx
 import onnx.defs
 import onnx_graphsurgeon as gs
-from onnx import helper, numpy_helper
+from onnx import helper
 
-from graphfix.graph import all_graphs, constant_value, names_in_use, node_label, opset_of
+from graphfix.graph import all_graphs, names_in_use, node_label, opset_of
+from graphfix.graph.convert import node_proto
 from graphfix.graph.walk import drop_unused_imports
 from graphfix.nms.efficient import batched_nms, efficient_nms
-from graphfix.nms.onnxops import insert
+from graphfix.nms.onnxops import made_names, replace_node
 from graphfix.nms.ssd import SSD_PLUGINS, detection_output
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
 from graphfix.plugins.native import migration_for
@@ -115,23 +115,20 @@ class MigratePlugins(Pass):
                                             f"version {version}"))
             return
         try:
-            dec = build(_proto(node), opset)
+            dec = build(node_proto(node), opset)
         except Unavailable as err:
             result.notes.append(Note(label, f"not migrated: {err}"))
             return
         own = {t.name for t in node.outputs}
-        if clash := sorted((_made(dec) - own) & taken):
+        if clash := sorted((made_names(dec) - own) & taken):
             result.notes.append(Note(label, f"its standard form's names {clash[:3]} are taken "
                                             "in the graph"))
             return
         if not ctx.allow_rewrite(self.name, label):
             result.notes.append(Note(label, LIMIT_REACHED))
             return
-        node.outputs.clear()  # the plugin's inputs stay wired until the form is in
-        insert(g, dec)
-        node.inputs.clear()
-        g.nodes.remove(node)
-        taken |= _made(dec)
+        replace_node(g, node, dec)
+        taken |= made_names(dec)
         result.counts[f"migrated {node.op} to {native}"] += 1
         result.changed = True
 
@@ -154,19 +151,3 @@ def _current(spec: PluginSpec, version: str, target: TrtTarget) -> str:
         return ""
     return (f"{spec.op_type} version {version} is {status} at {target.label()}, not "
             "deprecated: left as it is (migrate-plugins{all=true} migrates it anyway)")
-
-
-def _proto(node: gs.Node) -> onnx.NodeProto:
-    """The node as an ONNX NodeProto for a form's `build` (TENSOR attributes as tensors)."""
-    attrs = {}
-    for key, value in node.attrs.items():
-        if isinstance(value, gs.Constant):
-            value = numpy_helper.from_array(np.asarray(constant_value(value)), value.name)
-        attrs[key] = value
-    return helper.make_node(node.op, [t.name for t in node.inputs],
-                            [t.name for t in node.outputs], name=node.name,
-                            domain=node.domain or None, **attrs)
-
-
-def _made(dec: Decomposition) -> set[str]:
-    return {o for n in dec.nodes for o in n.output if o} | {t.name for t in dec.initializers}

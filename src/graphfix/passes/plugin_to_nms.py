@@ -19,10 +19,10 @@ isNormalized=0 (caffe IoU) and what else `nms.ssd` refuses, nodes in subgraphs.
 from __future__ import annotations
 
 import onnx_graphsurgeon as gs
-from onnx import helper
 
+from graphfix.graph.convert import node_proto
 from graphfix.nms.efficient import batched_nms, efficient_nms
-from graphfix.nms.onnxops import clashes, insert
+from graphfix.nms.onnxops import clashes, replace_node
 from graphfix.nms.ssd import SSD_PLUGINS, detection_output
 from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
 from graphfix.runtime.references import Unavailable
@@ -52,11 +52,8 @@ class PluginToNms(Pass):
             label = f"{node.op} '{node.name}'"
             if node.op not in _BUILD:
                 continue
-            proto = helper.make_node(node.op, [t.name for t in node.inputs],
-                                     [t.name for t in node.outputs], name=node.name,
-                                     **node.attrs)
             try:
-                dec = _BUILD[node.op](proto, opset)
+                dec = _BUILD[node.op](node_proto(node), opset)
             except Unavailable as err:
                 result.notes.append(Note(label, str(err)))
                 continue
@@ -67,10 +64,7 @@ class PluginToNms(Pass):
             if not ctx.allow_rewrite(self.name, label):
                 result.notes.append(Note(label, LIMIT_REACHED))
                 continue
-            node.inputs.clear()
-            node.outputs.clear()
-            graph.nodes.remove(node)
-            insert(graph, dec)
+            replace_node(graph, node, dec)
             result.counts[COUNT] += 1
             result.changed = True
         if not result.changed and not result.notes:
