@@ -43,6 +43,8 @@ _A = AttributeProto
 _RARE_HOLDERS = frozenset({_A.UNDEFINED, _A.TENSORS, _A.SPARSE_TENSOR, _A.SPARSE_TENSORS,
                            _A.GRAPHS})
 _REEXPORT = "re-export the model, or re-download it (it may be truncated)"
+Writer = Callable[[BinaryIO], object]
+"""Writes one output file's bytes into the open temporary file."""
 
 
 def load(path: str | os.PathLike) -> onnx.ModelProto:
@@ -113,6 +115,16 @@ def save(model: onnx.ModelProto, path: str | os.PathLike, *, external_data: bool
     """
     path = os.fspath(path)
     check_output_path(path, input_path=input_path, in_place=in_place)
+    _commit(path, model_files(model, path, external_data=external_data))
+
+
+
+def model_files(model: onnx.ModelProto, path: str | os.PathLike, *,
+                external_data: bool | None = None) -> list[tuple[str, Writer]]:
+    """The files saving `model` at `path` writes, as (absolute target, writer) in the
+    order they must replace their targets (external data before the model that names
+    it). Serializes the model (the part that can fail on the model) before returning."""
+    path = os.fspath(path)
     for tensor in _all_tensors(model):
         if tensor.data_location == TensorProto.EXTERNAL:
             raise GraphfixError(f"Cannot write '{path}'", f"tensor '{tensor.name}' still "
@@ -125,12 +137,11 @@ def save(model: onnx.ModelProto, path: str | os.PathLike, *, external_data: bool
     if not use_external:
         serialized = _serialize(model, ir)
         if serialized is not None:
-            _commit(path, [(os.path.abspath(path), lambda f: f.write(serialized))])
-            return
+            return [(os.path.abspath(path), lambda f: f.write(serialized))]
         if external_data is False:
             raise GraphfixError(f"Cannot write '{path}'", "the model is over the 2 GB protobuf "
                                 "limit", "save it with external data (--external-data)")
-    _save_external(model, path, ir)
+    return _external_files(model, path, ir)
 
 
 def check_output_path(path: str | os.PathLike, *, input_path: str | os.PathLike | None = None,
@@ -156,7 +167,13 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write UTF-8 text to `path` atomically (temp file, fsync, rename)."""
     path = os.fspath(path)
     check_output_path(path)
-    _commit(path, [(os.path.abspath(path), lambda f: f.write(text.encode("utf-8")))])
+    _commit(path, text_files(path, text))
+
+
+def text_files(path: str | os.PathLike, text: str) -> list[tuple[str, Writer]]:
+    """`model_files` for a UTF-8 text file."""
+    data = text.encode("utf-8")
+    return [(os.path.abspath(path), lambda f: f.write(data))]
 
 
 # onnxruntime 1.22, the oldest graphfix supports, accepts IR versions up to 10 (tested):
@@ -369,7 +386,7 @@ def _serialize(model: onnx.ModelProto, ir: int) -> bytes | None:
     return data if len(data) <= _PROTOBUF_LIMIT else None
 
 
-def _save_external(model: onnx.ModelProto, path: str, ir: int) -> None:
+def _external_files(model: onnx.ModelProto, path: str, ir: int) -> list[tuple[str, Writer]]:
     target = os.path.abspath(path)
     location = os.path.basename(target) + ".data"
     if os.path.isdir(target + ".data"):
@@ -389,7 +406,7 @@ def _save_external(model: onnx.ModelProto, path: str, ir: int) -> None:
                                 "protobuf limit with its initializers in external data",
                                 "turn large Constant nodes into initializers first")
 
-    _commit(path, [(target + ".data", write_data), (target, lambda f: f.write(serialized[0]))])
+    return [(target + ".data", write_data), (target, lambda f: f.write(serialized[0]))]
 
 
 def _move_to_file(tensor: TensorProto, f: BinaryIO, location: str) -> None:
@@ -408,37 +425,66 @@ def _move_to_file(tensor: TensorProto, f: BinaryIO, location: str) -> None:
     tensor.ClearField("raw_data")
 
 
-def _commit(path: str, files: list[tuple[str, Callable[[BinaryIO], object]]]) -> None:
+def _commit(path: str, files: list[tuple[str, Writer]]) -> None:
     """Write each (target, writer) to a temp file beside it, then rename them onto their
     targets in order. Temp files are removed on any failure; OSError -> GraphfixError."""
-    temps: list[str] = []
+    publish(stage(path, files))
+
+
+def stage(path: str, files: list[tuple[str, Writer]]) -> list[tuple[str, str]]:
+    """Write each (target, writer) to a temporary file beside its target (fsynced, with
+    the target's permissions): [(target, temporary)]. On any failure the temporaries
+    are removed; OSError -> GraphfixError naming `path`."""
+    staged: list[tuple[str, str]] = []
     try:
         for target, write in files:
             directory, name = os.path.split(target)
             fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + name + ".", suffix=".tmp")
-            temps.append(tmp)
+            staged.append((target, tmp))
             with os.fdopen(fd, "wb") as f:
                 write(f)
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, _file_mode(target))
-        for (target, _), tmp in zip(files, list(temps), strict=True):
+    except BaseException as e:
+        discard(staged)
+        if isinstance(e, OSError):
+            raise _write_error(path, e) from e
+        raise
+    return staged
+
+
+def publish(staged: list[tuple[str, str]]) -> None:
+    """Rename staged temporaries onto their targets in order and make the renames
+    durable; what is not yet renamed when one fails is removed."""
+    left = list(staged)
+    try:
+        for target, tmp in staged:
             os.replace(tmp, target)
-            temps.remove(tmp)
+            left.pop(0)
     except OSError as e:
-        raise GraphfixError(f"Cannot write '{path}'", e.strerror or str(e), "free disk space "
-                            "or fix the directory's permissions, or choose another output "
-                            "with -o") from e
+        raise _write_error(left[0][0], e) from e
     finally:
-        for tmp in temps:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-    with contextlib.suppress(OSError):  # make the renames durable (not possible on Windows)
-        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        discard(left)
+    for directory in {os.path.dirname(target) for target, _ in staged}:
+        with contextlib.suppress(OSError):  # not possible on Windows
+            fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def discard(staged: list[tuple[str, str]]) -> None:
+    """Remove staged temporaries (never their targets)."""
+    for _, tmp in staged:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+
+
+def _write_error(path: str, e: OSError) -> GraphfixError:
+    return GraphfixError(f"Cannot write '{path}'", e.strerror or str(e), "free disk space "
+                         "or fix the directory's permissions, or write it somewhere else")
 
 
 def _file_mode(target: str) -> int:

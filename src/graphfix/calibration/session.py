@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -16,6 +16,9 @@ from graphfix.calibration import clipping, methods, qdq
 from graphfix.calibration.runner import CalibrationResult, Request, calibrate, prepare
 from graphfix.errors import GraphfixError
 from graphfix.runtime.data import CalibrationData, Preprocess, open_data
+
+if TYPE_CHECKING:
+    from graphfix.writeset import WriteSet
 
 DEFAULT_CACHE_TRT = "10.16"  # the newest documented TensorRT with implicit INT8 calibration
 MIN_BINS, MAX_BINS = 128, 16384
@@ -111,24 +114,23 @@ def run(model: onnx.ModelProto, loaded: Loaded, options: Options, progress=None,
     return result
 
 
-def write_outputs(result: CalibrationResult, out: Path, model_path: Path, cache: Path | None,
+def write_outputs(result: CalibrationResult, files: WriteSet, out: Path, cache: Path | None,
                   ranges: Path | None, options: Options) -> list[str]:
-    from graphfix import io
-
+    """Stage the Q/DQ model, the cache and the ranges in `files` (the caller commits)."""
     chosen = result.outcome()
-    io.save(chosen.model, out, input_path=model_path)
+    files.model(chosen.model, out)
     written = [f"{out} ({chosen.method})"]
     if cache is not None:
-        version = _cache_trt(options.trt)
+        version = cache_version(options.trt)
         algorithm = chosen.cache_algorithm
         text = cache_format.write_cache(chosen.amaxes, algorithm=algorithm,
                                         trt_version=version)
-        io.write_text_atomic(cache, text)
+        files.text(cache, text, "--cache")
         written.append(f"{cache} (TensorRT {version} cache, {algorithm})")
     if ranges is not None:
         import json
 
-        io.write_text_atomic(ranges, json.dumps(result.ranges_json(), indent=2) + "\n")
+        files.text(ranges, json.dumps(result.ranges_json(), indent=2) + "\n", "--ranges")
         written.append(str(ranges))
     result.notes.extend(_doctor_notes(chosen.model, options.trt))
     return written
@@ -141,7 +143,9 @@ def target_version(text: str | None) -> str:
     return text or installed_tensorrt_version() or DEFAULT_CACHE_TRT
 
 
-def _cache_trt(text: str | None) -> str:
+def cache_version(text: str | None) -> str:
+    """The TensorRT version the cache header names (--trt, else the installed or default
+    one); GraphfixError for TensorRT 11 and later, which read no cache."""
     from graphfix.trt import parse_target
 
     target = parse_target(target_version(text))

@@ -66,8 +66,15 @@ def calibrate_command(
     from graphfix.calibration import session
     from graphfix.runtime.session import provider_names
     from graphfix.sizes import parse_bytes
+    from graphfix.writeset import Given, WriteSet
 
-    with user_errors(ctx):
+    script = loader_script.rpartition(":")[0] if loader_script and ":" in loader_script \
+        else loader_script
+    given = [Given(model, "the input model", model=True),
+             *(Given(p, flag) for p, flag in ((data, "--data"), (eval_data, "--eval-data"),
+                                              (from_cache, "--from-cache"),
+                                              (script, "--data-loader-script")) if p)]
+    with user_errors(ctx), WriteSet(given) as files:
         options = session.Options(  # checks the methods and their options first
             method=method, method_options={methods.PERCENTILE.flag: percentile},
             per_tensor=per_tensor, exclude_nodes=_names(exclude_nodes),
@@ -77,10 +84,15 @@ def calibrate_command(
         )
         out = output or model.with_name(f"{model.stem}.int8.onnx")
         io.check_output_path(out, input_path=model)
+        files.claim(out, "the output model", model=True)
+        if cache is not None:
+            files.claim(cache, "--cache")
+            session.cache_version(options.trt)  # TensorRT 11 has none: say so before work
+        files.claim(ranges, "--ranges")
         source = io.load(model)
         if from_cache is not None:
-            written = session.quantize_from_cache(source, from_cache, options)
-            io.save(written, out, input_path=model)
+            files.model(session.quantize_from_cache(source, from_cache, options), out)
+            files.commit()
             console.print(f"wrote {out} from {from_cache}", markup=False)
             return
         if data is None and loader_script is None:
@@ -92,7 +104,8 @@ def calibrate_command(
         with _bar() as bar:
             result = session.run(source, loaded, options, for_cache=cache is not None,
                                  progress=_Progress(bar))
-        written = session.write_outputs(result, out, model, cache, ranges, options)
+        written = session.write_outputs(result, files, out, cache, ranges, options)
+        files.commit()
     summary = session.summary(result, loaded, written)
     if as_json:
         print(json.dumps(summary, indent=2))

@@ -61,8 +61,15 @@ def check_command(
     from graphfix.check.samples import check_samples, tolerance_override
     from graphfix.runtime.session import provider_names
     from graphfix.sizes import parse_bytes
+    from graphfix.writeset import Given, WriteSet
 
-    with user_errors(ctx):
+    json_file = as_json if as_json is not None and str(as_json) != "-" else None
+    given = [Given(reference, "REFERENCE", model=True),
+             Given(candidate, "CANDIDATE", model=True) if candidate else None,
+             Given(data, "--data") if data else None,
+             Given(report, "--report") if report else None]
+    with user_errors(ctx), WriteSet(given) as files:
+        files.claim(json_file, "--json")
         ort_providers = provider_names(providers)  # a usage error before any work
         ref, cand, engine_spec = _models(reference, candidate, trt, trt_precision,
                                          parse_bytes(trt_workspace) if trt_workspace else None)
@@ -72,7 +79,7 @@ def check_command(
         feeds = check_samples(ref, data, data_key, input_shape or [], samples, seed,
                               input_values(input_value))
         if detections:
-            _detections(ref, cand, feeds, ort_providers, as_json)
+            _detections(ref, cand, feeds, ort_providers, as_json, files)
             return
         engine = None
         if engine_spec is not None:
@@ -90,35 +97,35 @@ def check_command(
         finally:
             if engine is not None:
                 engine.close()
-    exclude = _exclude_names(result, cand)
-    if as_json is not None:
-        data = result.to_json()
-        data["exclude_nodes"] = exclude  # names in CANDIDATE, which calibrate plans on
-        text = json.dumps(data, indent=2, default=str)
-        if str(as_json) == "-":
-            print(text)
-        else:
-            from graphfix import io
-
-            io.write_text_atomic(as_json, text + "\n")
+        exclude = _exclude_names(result, cand)
+        text = ""
+        if as_json is not None:
+            data = result.to_json()
+            data["exclude_nodes"] = exclude  # names in CANDIDATE, which calibrate plans on
+            text = json.dumps(data, indent=2, default=str)
+        if json_file is not None:
+            files.text(json_file, text + "\n", "--json")
+        files.commit()
+    if json_file is None and as_json is not None:
+        print(text)
     if str(as_json) != "-":
         _print(result, shown, exclude)
     if not result.passed:
         raise typer.Exit(EXIT_FAILED)
 
 
-def _detections(ref, cand, feeds, providers: tuple[str, ...], as_json: Path | None) -> None:
+def _detections(ref, cand, feeds, providers: tuple[str, ...], as_json: Path | None,
+                files) -> None:
     from graphfix.nms.compare import compare_models
 
     report = compare_models(ref, cand, feeds, providers=providers)
     if as_json is not None:
-        from graphfix import io
-
         text = json.dumps(report.to_json(), indent=2)
         if str(as_json) == "-":
             print(text)
         else:
-            io.write_text_atomic(as_json, text + "\n")
+            files.text(as_json, text + "\n", "--json")
+    files.commit()
     if str(as_json) != "-":
         console.print(report.describe(), style="bold green" if report.ok else "bold red",
                       markup=False)

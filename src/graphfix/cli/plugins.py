@@ -26,6 +26,15 @@ def _rules(files: list[Path] | None, model=None):
     return all_rules(opsets.get("", opsets.get("ai.onnx", 17)), files=files or ())
 
 
+def _given(model: Path, plan: Path | None, rule_files: list[Path] | None) -> list:
+    """What a plugins command reads, for its WriteSet."""
+    from graphfix.writeset import Given
+
+    return [Given(model, "the input model", model=True),
+            Given(plan, "the plan") if plan else None,
+            *(Given(p, "--plugin-rules") for p in rule_files or ())]
+
+
 @plugins_app.command("list")
 def list_command(
     ctx: typer.Context,
@@ -91,15 +100,19 @@ def match_command(
     plugin_rules: list[Path] = typer.Option(None, "--plugin-rules", help=_RULES_HELP),
 ) -> None:
     """Write which nodes each rule would replace, by which plugin, with which attributes."""
-    with user_errors(ctx):
+    from graphfix.writeset import WriteSet
+
+    with user_errors(ctx), WriteSet(_given(model, None, plugin_rules)) as files:
         from graphfix import io
         from graphfix.plugins.plan import match
         from graphfix.trt import parse_target
 
+        files.claim(output, "the plan (-o)")
         target = parse_target(trt) if trt else None
         loaded = io.load(model)
         plan = match(loaded, _rules(plugin_rules, loaded), target, force=force)
-        io.write_text_atomic(output, plan.to_yaml())
+        files.text(output, plan.to_yaml(), "the plan (-o)")
+        files.commit()
     console.print(f"wrote {output}: {len(plan.entries)} substitution(s), "
                   f"{len(plan.skipped)} candidate(s) left alone", markup=False)
     for s in plan.skipped:
@@ -116,16 +129,20 @@ def apply_command(
     plugin_rules: list[Path] = typer.Option(None, "--plugin-rules", help=_RULES_HELP),
 ) -> None:
     """Apply a plan: every entry's plugin node, validated against the plugin's spec."""
-    with user_errors(ctx):
+    from graphfix.writeset import WriteSet
+
+    with user_errors(ctx), WriteSet(_given(model, plan, plugin_rules)) as files:
         from graphfix import io
         from graphfix.plugins.plan import apply_plan, read
         from graphfix.trt import parse_target
 
         io.check_output_path(output, input_path=model, in_place=False)
+        files.claim(output, "the output model (-o)", model=True)
         source = io.load(model)
         target = parse_target(trt) if trt else None
         result, done = apply_plan(source, read(plan), _rules(plugin_rules, source), target)
-        io.save(result, output, input_path=model)
+        files.model(result, output, "the output model (-o)")
+        files.commit()
     for line in done:
         console.print(line, markup=False)
     console.print(f"wrote {output} ({len(done)} substitution(s))", markup=False)

@@ -114,8 +114,11 @@ def run_command(
     from graphfix import api, io
     from graphfix.explain import explain_change
     from graphfix.passes.pipeline import parse_pipeline
+    from graphfix.writeset import Given, WriteSet
 
-    with user_errors(ctx):
+    given = [Given(model, "the input model", model=True), Given(data, "--data") if data
+             else None, *(Given(p, "--plugin-rules") for p in plugin_rules or ())]
+    with user_errors(ctx), WriteSet(given) as files:
         from graphfix.cli.doctor import FAIL_ON
 
         if fail_on not in FAIL_ON:
@@ -134,6 +137,10 @@ def run_command(
                     "name one of its passes, or use --dump-after all",
                 )
         io.check_output_path(out, input_path=model, in_place=in_place)
+        if not bisect or output is not None:
+            files.claim(out, "the output model", model=True,
+                        replaces=model if in_place else None)
+        files.claim(report, "--report")
         ort_providers = provider_names(providers)  # a usage error before any work
         source = io.load(model)
         shapes = dict(parse_input_shape(s) for s in input_shape or [])
@@ -144,10 +151,11 @@ def run_command(
                            input_values=input_values(input_value), seed=seed,
                            providers=ort_providers, trt=trt, max_rewrites=max_rewrites,
                            plugin_rules=plugin_rules or ())
-            run_bisect(model, source, pipeline, output, report, as_json, dump_after, options)
+            run_bisect(model, source, pipeline, output, report, as_json, dump_after, options,
+                       files)
             return
         dumped: list[str] = []
-        on_done = _dumper(out, dump_after, model, dumped) if dump_after else None
+        on_done = _dumper(out, dump_after, files, dumped) if dump_after else None
         status = console.status("loading", spinner="dots") if not as_json else None
         if status:
             status.start()
@@ -166,9 +174,9 @@ def run_command(
         finally:
             if status:
                 status.stop()
-        io.save(result.model, out, external_data=external_data, input_path=model,
-                in_place=in_place)
-        split_lines = _save_split(result, out, model)
+        written = files.model(result.model, out, external_data=external_data,
+                              replaces=model if in_place else None)
+        split_lines = _save_split(result, out, files)
         rep = result.report
         if explain:
             from graphfix.trt import parse_target as _target
@@ -182,9 +190,11 @@ def run_command(
             diagnosis = diagnose(result.model, parse_target(trt), name=str(out))
             rep.doctor = diagnosis.to_json()
         if report or as_json:
-            _fill_files(rep, model, out)
+            rep.input = {"path": str(model), "sha256": io.sha256_file(model)}
+            rep.output = {"path": str(out), "sha256": io.sha256_file(written)}
         if report:
-            io.write_text_atomic(report, json.dumps(rep.to_json(), indent=2) + "\n")
+            files.text(report, json.dumps(rep.to_json(), indent=2) + "\n", "--report")
+        files.commit()
         if as_json:
             print(json.dumps(rep.to_json(), indent=2))
             if check and not rep.check.enabled:
@@ -218,24 +228,17 @@ def run_command(
                 raise typer.Exit(EXIT_FAILED)
 
 
-def _save_split(result, out: Path, model: Path) -> list[str]:
-    """Write split-nms's NMS part and manifest beside the output; what to print."""
+def _save_split(result, out: Path, files) -> list[str]:
+    """Stage split-nms's NMS part and manifest beside the output; what to print."""
     split = result.artifacts.get("split-nms")
     if split is None:
         return []
     from graphfix.nms.chain import save_split
 
-    paths = save_split(split, out, input_path=model)
+    paths = save_split(split, out, files=files)
     return [f"wrote {paths.backbone}: the backbone, for TensorRT",
             f"wrote {paths.nms}: the NMS post-processing, for onnxruntime",
             f"wrote {paths.manifest}: how to chain them (graphfix.nms.run_split)"]
-
-
-def _fill_files(rep: Report, model: Path, out: Path) -> None:
-    from graphfix import io
-
-    rep.input = {"path": str(model), "sha256": io.sha256_file(model)}
-    rep.output = {"path": str(out), "sha256": io.sha256_file(out)}
 
 
 def _print_debugging(rep: Report, dumped: list[str], as_json: bool) -> None:
@@ -250,10 +253,10 @@ def _print_debugging(rep: Report, dumped: list[str], as_json: bool) -> None:
                      f"allowed{last}", markup=False)
 
 
-def _dumper(out: Path, which: str, input_path: Path, said: list[str]):
+def _dumper(out: Path, which: str, files, said: list[str]):
     """The on_pass_done callback of --dump-after: the model after the pass, and for a pass
-    rolled back, the model it produced (`.REJECTED.onnx`), or in `said` why there is none."""
-    from graphfix import io
+    rolled back, the model it produced (`.REJECTED.onnx`), or in `said` why there is none;
+    staged in `files` (a WriteSet), written with the output."""
     from graphfix.report import ROLLED_BACK
 
     def dump(record: PassRecord, model: onnx.ModelProto) -> None:
@@ -261,7 +264,7 @@ def _dumper(out: Path, which: str, input_path: Path, said: list[str]):
             return
         name = record.spec.split("{")[0]
         stem = f"{out.stem}.after-{record.index + 1:02d}-{name}"
-        io.save(model, out.with_name(f"{stem}.onnx"), input_path=input_path)
+        files.model(model, out.with_name(f"{stem}.onnx"), "--dump-after")
         if record.status != ROLLED_BACK:
             return
         if record.rejected is None:
@@ -269,7 +272,7 @@ def _dumper(out: Path, which: str, input_path: Path, said: list[str]):
                         "raised): there is no rejected model to dump")
             return
         path = out.with_name(f"{stem}.REJECTED.onnx")
-        io.save(record.rejected, path, input_path=input_path)
+        files.model(record.rejected, path, "--dump-after")
         said.append(f"wrote {path}: the model {record.spec} produced, which was rolled back")
 
     return dump

@@ -15,16 +15,17 @@ from graphfix.errors import GraphfixError
 if TYPE_CHECKING:
     from graphfix.passes.bisect import Bisection
     from graphfix.passes.pipeline import Pipeline
+    from graphfix.writeset import WriteSet
 
 
 def run_bisect(model_path: Path, source: onnx.ModelProto, pipeline: Pipeline,
                output: Path | None,
                report: Path | None, as_json: bool, dump_after: str | None,
-               options: dict[str, Any]) -> None:
+               options: dict[str, Any], files: WriteSet) -> None:
     """Bisect, print the culprit (or that there is none) and the command that shows its
-    rejected model; write the model without it to `output` when given. Exit 1 when a
-    rewrite breaks the numbers."""
-    from graphfix import api, io
+    rejected model; write the model without it to `output` when given (`files` holds the
+    claimed outputs). Exit 1 when a rewrite breaks the numbers."""
+    from graphfix import api
 
     if dump_after:
         raise GraphfixError("--dump-after and --bisect were both given",
@@ -45,9 +46,10 @@ def run_bisect(model_path: Path, source: onnx.ModelProto, pipeline: Pipeline,
         if status:
             status.stop()
     if output is not None:
-        io.save(found.model, output, input_path=model_path)
+        files.model(found.model, output)
     if report is not None:
-        io.write_text_atomic(report, json.dumps(found.report.to_json(), indent=2) + "\n")
+        files.text(report, json.dumps(found.report.to_json(), indent=2) + "\n", "--report")
+    files.commit()
     if as_json:
         print(json.dumps(found.to_json(), indent=2))
     else:

@@ -23,12 +23,15 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 
 from graphfix.errors import GraphfixError
+
+if TYPE_CHECKING:
+    from graphfix.writeset import WriteSet
 
 SCHEMA = "graphfix.split/1"
 FROM_BACKBONE = "backbone"
@@ -144,8 +147,16 @@ def load_manifest(path: str | os.PathLike) -> SplitManifest:
 
 
 def _load_part(manifest: SplitManifest, name: str) -> onnx.ModelProto:
+    """A part named by the manifest, which must sit beside it: a name with a folder in
+    it (a path separator, `..`) is refused, whatever the manifest says."""
     from graphfix import io
 
+    if not isinstance(name, str) or name in ("", ".", "..") or name != os.path.basename(
+            name.replace("\\", "/")):
+        raise GraphfixError(f"The split manifest names the part {name!r}, not a file beside it",
+                            "graphfix writes the parts beside their manifest and reads them "
+                            "only from there", "write the split again with `graphfix run "
+                            "--passes split-nms`")
     return io.load(os.path.join(manifest.directory, name))
 
 
@@ -165,13 +176,26 @@ def split_paths(backbone_path: str | os.PathLike) -> SplitPaths:
 
 
 def save_split(split: SplitModel, backbone_path: str | os.PathLike,
-               input_path: str | os.PathLike | None = None) -> SplitPaths:
+               input_path: str | os.PathLike | None = None, files: WriteSet | None = None
+               ) -> SplitPaths:
     """Write the NMS part and the manifest beside the backbone (written by the caller,
-    e.g. `graphfix.save(result.model, backbone_path)`); atomic writes."""
-    from graphfix import io
+    e.g. `graphfix.save(result.model, backbone_path)`); atomic writes. With `files`, they
+    are staged there instead, written when the caller commits the set."""
+    from graphfix.writeset import Given, WriteSet
 
     paths = split_paths(backbone_path)
     manifest = replace(split.manifest, backbone=paths.backbone.name, nms=paths.nms.name)
-    io.save(split.nms, paths.nms, input_path=input_path)
-    io.write_text_atomic(paths.manifest, json.dumps(manifest.to_json(), indent=2) + "\n")
+    owned = files is None
+    if files is None:
+        files = WriteSet([Given(input_path, "the input model", model=True)]
+                         if input_path else [])
+    try:
+        files.model(split.nms, paths.nms, "split-nms's NMS model")
+        files.text(paths.manifest, json.dumps(manifest.to_json(), indent=2) + "\n",
+                   "split-nms's manifest")
+        if owned:
+            files.commit()
+    finally:
+        if owned:
+            files.discard()
     return paths
