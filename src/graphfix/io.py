@@ -21,16 +21,19 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import PureWindowsPath
 from typing import BinaryIO
 
 import onnx
 from google.protobuf.message import DecodeError, EncodeError
-from onnx import AttributeProto, GraphProto, NodeProto, TensorProto
+from onnx import GraphProto, TensorProto
 from onnx.external_data_helper import load_external_data_for_tensor
 
 from graphfix.errors import GraphfixError
+from graphfix.graph.wellformed import check_wellformed
+from graphfix.weights import all_tensors as _all_tensors
+from graphfix.weights import defer, deferrable, forget_dir, is_deferred
 
 _PROTOBUF_LIMIT = 2**31 - 1
 """Largest message protobuf serializes; bigger models must keep weights in external data."""
@@ -39,27 +42,34 @@ _EXTERNAL_MIN_BYTES = 1024
 _PACKED_BITS = {"INT4": 4, "UINT4": 4, "FLOAT4E2M1": 4, "INT2": 2, "UINT2": 2,
                 "FLOAT6E2M3": 6, "FLOAT6E3M2": 6}
 _CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 13)) + b"\x7f"
-_A = AttributeProto
-_RARE_HOLDERS = frozenset({_A.UNDEFINED, _A.TENSORS, _A.SPARSE_TENSOR, _A.SPARSE_TENSORS,
-                           _A.GRAPHS})
 _REEXPORT = "re-export the model, or re-download it (it may be truncated)"
 Writer = Callable[[BinaryIO], object]
 """Writes one output file's bytes into the open temporary file."""
 
 
-def load(path: str | os.PathLike) -> onnx.ModelProto:
+def load(path: str | os.PathLike, *, weights: bool = True) -> onnx.ModelProto:
     """Load an ONNX model and its external data (read from the model's directory only).
 
     Raises GraphfixError for a missing/empty/non-ONNX/truncated file and for external
     data that is absolute, outside the model's directory, behind a symbolic link,
-    missing or shorter than declared. Nothing is attached to the returned proto.
+    missing or shorter than declared. Nothing is attached to the returned proto but
+    the directory of deferred weights: `weights=False` checks external data the same
+    way but leaves the large main-graph initializers in their file, deferred
+    (`graphfix.weights`: read on demand, e.g. by a pass; `weights.materialize` before
+    `save`, which refuses them). doctor reads no weights that way, and run and check
+    hold in memory only the weights a pass rewrites (docs/large-models.md).
     """
     path = os.fspath(path)
     data = _read_model_file(path)
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
-    except DecodeError:
+    except DecodeError as e:
+        if "MaxDepth" in str(e):  # upb stops at 100 nested messages, ~30 If levels
+            raise GraphfixError(f"Cannot load '{path}'", "it nests subgraphs (If/Loop/Scan "
+                                "bodies) deeper than protobuf parses: about 30 levels",
+                                "flatten the nesting before export (e.g. elif chains as "
+                                "one If per level are better as Where or a lookup)") from None
         raise _not_onnx(path, data, "it is not a valid ONNX protobuf: the file looks "
                         "truncated or corrupt, or is not an ONNX model at all") from None
     checks = [(model.ir_version > 0, "it has no IR version"),
@@ -69,6 +79,7 @@ def load(path: str | os.PathLike) -> onnx.ModelProto:
     for ok, problem in checks:  # protobuf parses some garbage without complaint
         if not ok:
             raise _not_onnx(path, data, f"it is not an ONNX model: {problem}")
+    check_wellformed(model, path)
     base_dir = os.path.dirname(os.path.abspath(path))
     external = [t for t in _all_tensors(model) if t.data_location == TensorProto.EXTERNAL]
     for tensor in external:  # all checks first: nothing is opened if any reference is bad
@@ -78,7 +89,14 @@ def load(path: str | os.PathLike) -> onnx.ModelProto:
             raise GraphfixError(f"Cannot load '{path}'", f"tensor '{tensor.name}' keeps its "
                                 f"data in external file '{info.get('location', '')}', which "
                                 f"{why}", fix)
+    if not weights:
+        for tensor in external:
+            forget_dir(tensor)
+        for tensor in deferrable(model):
+            defer(tensor, base_dir)
     for tensor in external:
+        if not weights and is_deferred(tensor):
+            continue
         try:
             load_external_data_for_tensor(tensor, base_dir)
         except (OSError, ValueError, onnx.checker.ValidationError) as e:
@@ -191,6 +209,7 @@ def runtime_ir_version() -> int:
         return onnx.IR_VERSION
     options = ort.SessionOptions()
     options.log_severity_level = 4
+    options.intra_op_num_threads = options.inter_op_num_threads = 1  # no thread pools
     h = onnx.helper
     graph = h.make_graph([h.make_node("Identity", ["x"], ["y"])], "probe",
                          [h.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
@@ -303,41 +322,6 @@ def _external_problem(base_dir: str, info: dict[str, str], nbytes: int | None
         return (f"is {size} bytes, but the tensor needs bytes up to {end} (truncated?)",
                 "re-download or re-export the data file together with the model")
     return "", ""
-
-
-def _all_tensors(model: onnx.ModelProto) -> list[TensorProto]:
-    """Every TensorProto in the model, sparse tensors' values and indices included."""
-    out: list[TensorProto] = []
-    _graph_tensors(model.graph, out)
-    for function in model.functions:
-        _node_tensors(function.node, out)
-    return out
-
-
-def _graph_tensors(graph: GraphProto, out: list[TensorProto]) -> None:
-    out.extend(graph.initializer)
-    for sparse in graph.sparse_initializer:
-        out += (sparse.values, sparse.indices)
-    _node_tensors(graph.node, out)
-
-
-def _node_tensors(nodes: Iterable[NodeProto], out: list[TensorProto]) -> None:
-    for node in nodes:
-        for attr in node.attribute:
-            kind = attr.type
-            if kind == _A.TENSOR:  # fast paths first: this runs for every attribute
-                out.append(attr.t)
-            elif kind == _A.GRAPH:
-                _graph_tensors(attr.g, out)
-            elif kind in _RARE_HOLDERS:
-                if attr.HasField("t"):
-                    out.append(attr.t)
-                out.extend(attr.tensors)
-                sparse = [attr.sparse_tensor] if attr.HasField("sparse_tensor") else []
-                for tensor in [*sparse, *attr.sparse_tensors]:
-                    out += (tensor.values, tensor.indices)
-                for graph in [attr.g, *attr.graphs] if attr.HasField("g") else attr.graphs:
-                    _graph_tensors(graph, out)
 
 
 def _initializers(graph: GraphProto) -> Iterator[TensorProto]:

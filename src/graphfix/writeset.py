@@ -30,6 +30,7 @@ import onnx
 
 from graphfix import io
 from graphfix.errors import GraphfixError
+from graphfix.weights import all_tensors
 
 PathLike = str | os.PathLike
 
@@ -162,7 +163,7 @@ def target_is_external_data(model_path: str, target: str) -> bool:
     except Exception:  # not a model: loading it says so
         return False
     wanted = os.path.realpath(target)
-    for tensor in io._all_tensors(proto):  # TODO make public
+    for tensor in all_tensors(proto):
         for entry in tensor.external_data:
             if entry.key == "location" and _same(os.path.join(directory, entry.value), wanted):
                 return True

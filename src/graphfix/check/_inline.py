@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
+from graphfix import weights
 from graphfix.graph.protos import proto_label, subgraphs
 
 MAX_IF_DEPTH = 8  # nesting levels of If inlined; deeper Ifs stay (their tensors uncompared)
@@ -173,7 +174,7 @@ def _conditions(model: onnx.ModelProto, ifs: Sequence[int], sample: int,
         return ()
     graph = model.graph
     names = [graph.node[i].input[0] for i in ifs]
-    consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name in names}
+    consts = {t.name: weights.to_array(t) for t in graph.initializer if t.name in names}
     wanted = [n for n in dict.fromkeys(names) if n not in consts]
     values = dict(zip(wanted, run(model, wanted, sample, which), strict=True)) if wanted else {}
     values.update(consts)

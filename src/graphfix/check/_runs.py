@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
+from graphfix import weights
 from graphfix.check._inline import Group
 from graphfix.errors import GraphfixError, said
 from graphfix.runtime.expose import (
@@ -255,7 +256,7 @@ def run_plan(plan: Plan, samples: Sequence[Mapping[str, np.ndarray]], tallies: d
                               "reference")
                 cand = _values(group.candidate.model, cand_session, cand_out, samples[s],
                                renamed, "candidate")
-                cand.update({c: numpy_helper.to_array(plan.cand_consts[c]) for c in consts})
+                cand.update({c: weights.to_array(plan.cand_consts[c]) for c in consts})
                 for t in chunk:
                     tally = tallies.setdefault(t, Tally(plan.pairs[t]))
                     if plan.pairs[t] in cand:

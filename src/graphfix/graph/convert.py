@@ -6,8 +6,10 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper, numpy_helper
+from onnx_graphsurgeon.ir.tensor import LazyValues
 from onnx_graphsurgeon.logger import G_LOGGER
 
+from graphfix import weights
 from graphfix.graph.rewire import constant_value
 from graphfix.graph.walk import all_graphs
 
@@ -31,7 +33,22 @@ def to_graph(model: onnx.ModelProto) -> gs.Graph:
                 isinstance(d, int) and d < 0 for d in t.shape
             ):
                 t.shape = [None if isinstance(d, int) and d < 0 else d for d in t.shape]
+            elif isinstance(t, gs.Constant) and type(t._values) is LazyValues and (
+                weights.is_deferred(t._values.tensor)
+            ):
+                t._values = _DeferredValues(t._values.tensor)
+                # export keeps the proto (and its reference) while the values are lazy;
+                # values a pass sets are written inline, never marked external
+                t.data_location = None
     return graph
+
+
+class _DeferredValues(LazyValues):
+    """gs's lazy values of a weight left in its file (`graphfix.weights`): read from the
+    file on each load; export writes the reference back."""
+
+    def load(self) -> np.ndarray:
+        return weights.to_array(self.tensor)
 
 
 def to_model(graph: gs.Graph, like: onnx.ModelProto) -> onnx.ModelProto:

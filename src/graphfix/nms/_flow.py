@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from graphfix import weights
 from graphfix.graph.protos import subgraphs
 
 DATA_DEPENDENT = ("NonZero", "NonMaxSuppression", "Unique", "Compress", "If", "Loop", "Scan")
@@ -81,7 +82,7 @@ class Flow:
     def constant_value(self, name: str) -> np.ndarray | None:
         """The value of an initializer or Constant node output (here or outside)."""
         if name in self.initializers:
-            return numpy_helper.to_array(self.initializers[name])
+            return weights.to_array(self.initializers[name])
         i = self.producer.get(name)
         if i is not None:
             node = self.nodes[i]

@@ -272,7 +272,9 @@ def _open_source(source: str | os.PathLike | None, checker: FeedChecker,
     if path.is_dir():
         return _folder(path, checker, data_key, preprocess)
     if not path.is_file():
-        raise GraphfixError(f"The data path '{path}' does not exist", "", "check --data")
+        raise GraphfixError(f"The data path '{path}' does not exist",
+                            "there is no file or folder at that path (relative paths start "
+                            f"at '{os.getcwd()}')", "check the path given to --data")
     suffix = path.suffix.lower()
     _refuse(preprocess is not None, "--preprocess", "an image folder", f"'{path}'")
     if suffix == ".npz":

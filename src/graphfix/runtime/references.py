@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from graphfix import weights
 from graphfix.errors import GraphfixError, InternalError
 from graphfix.graph.protos import all_nodes, subgraphs
 from graphfix.runtime.session import run_model
@@ -357,7 +358,7 @@ def _stage(model: onnx.ModelProto, known: Mapping[str, np.ndarray], targets: Ite
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     wanted = [t for t in dict.fromkeys(targets) if t and t not in known]
-    got = {t: numpy_helper.to_array(inits[t]) for t in wanted if t in inits}
+    got = {t: weights.to_array(inits[t]) for t in wanted if t in inits}
     wanted = [t for t in wanted if t not in got]
     if not wanted:
         return got

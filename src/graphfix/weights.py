@@ -1,0 +1,247 @@
+"""Weights left in their external-data file until something reads them.
+
+`io.load(path, weights=False)` checks every external-data reference as a full load
+does, reads the small tensors (shape constants and the like: at most `SMALL_ELEMENTS`
+elements, what `graph.skeleton` keeps for shape inference), and leaves the large
+main-graph initializers where they are. Such a tensor is *deferred*: it keeps
+`data_location` EXTERNAL and its `location`/`offset`/`length` entries, plus a
+`basepath` entry (a key onnx's external-data helper defines) naming the directory the
+model was loaded from. Its proto costs a few bytes, so copying, exporting or rolling
+back a model with deferred weights costs nothing per weight, and a doctor run reads no
+weights at all.
+
+Whatever needs a deferred tensor's values reads them here:
+
+- `to_array(tensor)`: the values of any tensor (deferred or not), read from the file
+  each time, never stored in the proto;
+- `graph.to_graph` gives deferred initializers onnx-graphsurgeon values that read
+  through `to_array`, so passes see the weights (`graph.constant_value`), and export
+  keeps the reference (a pass that replaces a weight makes a new, inline one);
+- `session_bytes(model, options)`: the model for onnxruntime without the `basepath`
+  entries, with `options` pointing onnxruntime at the weights' directory; onnxruntime
+  maps the file and reads what it runs (`runtime.session.make_session`);
+- `materialize(model)` / `materialized(model)`: the weights read into the proto (or a
+  copy), e.g. before `io.save`, which refuses deferred tensors.
+
+A deferred tensor's file must stay in place while the model is in use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import onnx
+from google.protobuf.message import EncodeError
+from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, numpy_helper
+
+from graphfix.errors import GraphfixError
+
+SMALL_ELEMENTS = 1024
+"""Initializers of at most this many elements are read even when weights are deferred:
+shape inference (`graph.skeleton`) and doctor's rules read such constants."""
+BASE_KEY = "basepath"
+"""The external-data key that marks a deferred tensor and names its directory."""
+_ORT_FOLDER = "session.model_external_initializers_file_folder_path"
+"""onnxruntime's session option: where a model loaded from bytes finds external data."""
+_PLAIN = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
+                    TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+                    TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32,
+                    TensorProto.UINT64, TensorProto.BOOL})
+"""Types whose raw data is numpy's own little-endian layout (read with np.fromfile)."""
+_A = AttributeProto
+_RARE_HOLDERS = frozenset({_A.UNDEFINED, _A.TENSORS, _A.SPARSE_TENSOR, _A.SPARSE_TENSORS,
+                           _A.GRAPHS})
+
+
+# --- deferring (io.load) -----------------------------------------------------------------
+
+def deferrable(model: onnx.ModelProto) -> list[TensorProto]:
+    """The tensors `io.load(weights=False)` leaves in their file: external main-graph
+    initializers of more than `SMALL_ELEMENTS` elements."""
+    return [t for t in model.graph.initializer
+            if t.data_location == TensorProto.EXTERNAL and math.prod(t.dims) > SMALL_ELEMENTS]
+
+
+def defer(tensor: TensorProto, base_dir: str) -> None:
+    """Mark an external tensor as deferred, its file relative to `base_dir` (absolute)."""
+    forget_dir(tensor)
+    entry = tensor.external_data.add()
+    entry.key, entry.value = BASE_KEY, base_dir
+
+
+def forget_dir(tensor: TensorProto) -> None:
+    """Drop `basepath` entries (a file may carry them; onnx never reads them)."""
+    for i in reversed(range(len(tensor.external_data))):
+        if tensor.external_data[i].key == BASE_KEY:
+            del tensor.external_data[i]
+
+
+# --- asking ------------------------------------------------------------------------------
+
+def is_deferred(tensor: TensorProto) -> bool:
+    return tensor.data_location == TensorProto.EXTERNAL and any(
+        e.key == BASE_KEY for e in tensor.external_data)
+
+
+def deferred(model: onnx.ModelProto) -> list[TensorProto]:
+    """The model's deferred tensors (anywhere: passes may move a weight into a node)."""
+    return [t for t in all_tensors(model) if is_deferred(t)]
+
+
+def deferred_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of the model's deferred tensors, as their references declare them."""
+    return sum(int(_info(t).get("length", "0")) for t in deferred(model))
+
+
+# --- reading -----------------------------------------------------------------------------
+
+def to_array(tensor: TensorProto) -> np.ndarray:
+    """The tensor's values, as `onnx.numpy_helper.to_array`; a deferred tensor's are read
+    from its file (a fresh, writable array each call; the proto is not changed)."""
+    if not is_deferred(tensor):
+        return numpy_helper.to_array(tensor)
+    info = _info(tensor)
+    if tensor.data_type not in _PLAIN or tensor.HasField("segment"):
+        return numpy_helper.to_array(tensor, base_dir=info[BASE_KEY])
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).newbyteorder("<")
+    count = math.prod(tensor.dims)
+    with _open(tensor, info) as f:
+        values = np.fromfile(f, dtype=dtype, count=count)
+    if values.size != count:
+        raise _short(tensor, info)
+    return values.reshape(tuple(tensor.dims)).astype(dtype.newbyteorder("="), copy=False)
+
+
+def read_bytes(tensor: TensorProto) -> bytes:
+    """A deferred tensor's raw data, as its file holds it."""
+    info = _info(tensor)
+    length = int(info.get("length", "-1"))
+    with _open(tensor, info) as f:
+        data = f.read() if length < 0 else f.read(length)
+    if length >= 0 and len(data) != length:
+        raise _short(tensor, info)
+    return data
+
+
+def materialize(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Read every deferred tensor of `model` into it (raw data, no longer external), one
+    at a time; returns `model`."""
+    for tensor in deferred(model):
+        tensor.raw_data = read_bytes(tensor)
+        tensor.data_location = TensorProto.DEFAULT
+        del tensor.external_data[:]
+    return model
+
+
+def materialized(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` itself when nothing is deferred, else a copy with its weights read."""
+    if not deferred(model):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # cheap: deferred weights are references
+    return materialize(copy)
+
+
+# --- onnxruntime -------------------------------------------------------------------------
+
+def session_bytes(model: onnx.ModelProto, options) -> bytes | None:
+    """The serialized model for `onnxruntime.InferenceSession(bytes, options)` when it has
+    deferred weights: `options` get the weights' directory (onnxruntime maps the file
+    rather than copying it), the `basepath` entries onnxruntime refuses are left out.
+    None when the model is over 2 GB even so (passes made large inline weights) or its
+    deferred weights come from several directories: use `materialized(model)` then."""
+    tensors = deferred(model)
+    dirs = {_info(t)[BASE_KEY] for t in tensors}
+    if len(dirs) != 1:
+        return None
+    options.add_session_config_entry(_ORT_FOLDER, dirs.pop())
+    with _without_dirs(tensors):
+        try:
+            return model.SerializeToString()
+        except (EncodeError, ValueError):  # over the 2 GB protobuf limit
+            return None
+
+
+@contextlib.contextmanager
+def _without_dirs(tensors: list[TensorProto]) -> Iterator[None]:
+    """The tensors without their `basepath` entries for the block (then put back)."""
+    saved = []
+    for tensor in tensors:
+        saved.append(_info(tensor)[BASE_KEY])
+        forget_dir(tensor)
+    try:
+        yield
+    finally:
+        for tensor, base in zip(tensors, saved, strict=True):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = BASE_KEY, base
+
+
+# --- every tensor --------------------------------------------------------------------------
+
+def all_tensors(model: onnx.ModelProto) -> list[TensorProto]:
+    """Every TensorProto in the model, sparse tensors' values and indices included."""
+    out: list[TensorProto] = []
+    _graph_tensors(model.graph, out)
+    for function in model.functions:
+        _node_tensors(function.node, out)
+    return out
+
+
+def _graph_tensors(graph: GraphProto, out: list[TensorProto]) -> None:
+    out.extend(graph.initializer)
+    for sparse in graph.sparse_initializer:
+        out += (sparse.values, sparse.indices)
+    _node_tensors(graph.node, out)
+
+
+def _node_tensors(nodes: Iterable[NodeProto], out: list[TensorProto]) -> None:
+    for node in nodes:
+        for attr in node.attribute:
+            kind = attr.type
+            if kind == _A.TENSOR:  # fast paths first: this runs for every attribute
+                out.append(attr.t)
+            elif kind == _A.GRAPH:
+                _graph_tensors(attr.g, out)
+            elif kind in _RARE_HOLDERS:
+                if attr.HasField("t"):
+                    out.append(attr.t)
+                out.extend(attr.tensors)
+                sparse = [attr.sparse_tensor] if attr.HasField("sparse_tensor") else []
+                for tensor in [*sparse, *attr.sparse_tensors]:
+                    out += (tensor.values, tensor.indices)
+                for graph in [attr.g, *attr.graphs] if attr.HasField("g") else attr.graphs:
+                    _graph_tensors(graph, out)
+
+
+# --- files ---------------------------------------------------------------------------------
+
+def _info(tensor: TensorProto) -> dict[str, str]:
+    return {e.key: e.value for e in tensor.external_data}
+
+
+def _open(tensor: TensorProto, info: dict[str, str]):
+    """The tensor's file, open at its offset. `io.load` checked the reference (relative,
+    inside the model's directory, no links, long enough) when it deferred the tensor."""
+    path = os.path.join(info[BASE_KEY], info.get("location", ""))
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - returned to a with block
+    except OSError as e:
+        raise GraphfixError(f"Cannot read the weights of tensor '{tensor.name}'",
+                            f"its external data file '{path}' cannot be opened "
+                            f"({e.strerror or e})", "keep the model's data file in place "
+                            "while graphfix uses the model") from e
+    f.seek(int(info.get("offset", "0")))
+    return f
+
+
+def _short(tensor: TensorProto, info: dict[str, str]) -> GraphfixError:
+    path = os.path.join(info[BASE_KEY], info.get("location", ""))
+    return GraphfixError(f"Cannot read the weights of tensor '{tensor.name}'",
+                         f"its external data file '{path}' became shorter after the model "
+                         "was loaded", "keep the model's data file in place, unchanged, "
+                         "while graphfix uses the model")

@@ -1,0 +1,95 @@
+"""Weights left in their file (`io.load(weights=False)`, `graphfix.weights`): passes read
+them, onnxruntime runs the model from the file, results and saves carry the values."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphfix import api, io, weights
+from graphfix.graph import to_graph, to_model
+from graphfix.runtime.session import run_model
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """Conv (64x32x3x3 weight: deferred) + BatchNormalization, saved with external data."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((64, 32, 3, 3)).astype(np.float32),
+                                     "w")]
+    for name, low in (("scale", 0.5), ("bias", -1), ("mean", -1), ("var", 0.5)):
+        inits.append(numpy_helper.from_array(rng.uniform(low, 2, 64).astype(np.float32), name))
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 8, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    path = tmp_path / "m.onnx"
+    io.save(model, path, external_data=True)
+    return path, model
+
+
+def test_only_large_initializers_are_deferred(saved):
+    path, model = saved
+    lazy = io.load(path, weights=False)
+    assert [t.name for t in weights.deferred(lazy)] == ["w"]
+    w = next(t for t in lazy.graph.initializer if t.name == "w")
+    assert not w.HasField("raw_data")
+    np.testing.assert_array_equal(weights.to_array(w), numpy_helper.to_array(
+        model.graph.initializer[0]))
+    eager = io.load(path)
+    assert not weights.deferred(eager)
+    assert weights.materialized(lazy).SerializeToString() == eager.SerializeToString()
+
+
+def test_onnxruntime_runs_a_model_with_deferred_weights(saved, tmp_path):
+    path, model = saved
+    x = np.random.default_rng(1).standard_normal((1, 32, 8, 8)).astype(np.float32)
+    lazy = io.load(path, weights=False)
+    before = lazy.SerializeToString()
+    got = run_model(lazy, {"x": x})["y"]
+    np.testing.assert_array_equal(got, run_model(model, {"x": x})["y"])
+    assert lazy.SerializeToString() == before  # the references are put back as they were
+
+
+def test_passes_read_deferred_weights_and_the_result_holds_them(saved):
+    path, _ = saved
+    result = api.run(str(path), passes="fold-bn")
+    assert [n.op_type for n in result.model.graph.node] == ["Conv"]
+    assert result.report.passes[0].status == "applied"
+    assert not weights.deferred(result.model)
+    eager = api.run(io.load(path), passes="fold-bn")  # the weights read at load
+    assert result.model.SerializeToString() == eager.model.SerializeToString()
+
+
+def test_an_unchanged_deferred_weight_is_exported_as_its_reference(saved):
+    path, _ = saved
+    lazy = io.load(path, weights=False)
+    graph = to_graph(lazy)
+    exported = to_model(graph, lazy)
+    assert [t.name for t in weights.deferred(exported)] == ["w"]
+    w = graph.tensors()["w"]
+    w.values = w.values * 2  # a pass that sets the values writes them inline
+    exported = to_model(graph, lazy)
+    tensor = next(t for t in exported.graph.initializer if t.name == "w")
+    assert tensor.data_location == TensorProto.DEFAULT and tensor.HasField("raw_data")
+    onnx.checker.check_model(exported)
+
+
+def test_a_moved_data_file_is_a_clear_error(saved):
+    path, _ = saved
+    lazy = io.load(path, weights=False)
+    (path.parent / "m.onnx.data").rename(path.parent / "elsewhere.data")
+    with pytest.raises(io.GraphfixError, match="(?i)keep the model's data file in place"):
+        weights.materialize(lazy)
+
+
+def test_what_stays_deferred_is_what_the_skeleton_leaves_out():
+    """Shape inference runs on `graph.skeleton`, which keeps initializers of up to
+    MAX_ELEMENTS elements: those must never be deferred (they are read at load)."""
+    from graphfix.graph.skeleton import MAX_ELEMENTS
+
+    assert weights.SMALL_ELEMENTS >= MAX_ELEMENTS
