@@ -14,7 +14,7 @@ from typing import Any
 
 import onnx
 
-from graphfix import io, provenance
+from graphfix import io, provenance, weights
 from graphfix.errors import GraphfixError
 from graphfix.passes.base import PassContext, RewriteBudget
 from graphfix.passes.bisect import Bisection, ProbeOutcome, bisect_rewrites
@@ -22,7 +22,13 @@ from graphfix.passes.defaults import default_pipeline
 from graphfix.passes.manager import PassCallback, run_pipeline
 from graphfix.passes.pipeline import Pipeline, parse_pipeline
 from graphfix.report import Report
-from graphfix.runtime.feeds import DEFAULT_SEED, graph_inputs, resolve_shapes
+from graphfix.runtime.feeds import (
+    DEFAULT_SEED,
+    NoTestData,
+    graph_inputs,
+    refuse_non_tensors,
+    resolve_shapes,
+)
 from graphfix.runtime.outputs import OutputCheck
 from graphfix.runtime.values import InputValue
 
@@ -73,10 +79,16 @@ def run(
     order over every pass, see `graphfix.passes.base.RewriteBudget`); the report lists
     them. `bisect` finds the first one that breaks the numbers.
     The output model's provenance (`graphfix.provenance`) is composed with the input's.
+    A path is loaded with its large external weights left in their file (`io.load`
+    with `weights=False`, `graphfix.weights`): passes read those they rewrite, the
+    checks' onnxruntime maps the file, and the result's weights are read into it at
+    the end, so `Result.model` is self-contained (docs/large-models.md).
     """
     prepared = _prepare(model, passes, check, input_shapes, data, input_values, seed,
                         providers, trt, plugin_rules)
-    return _execute(prepared, max_rewrites, on_pass_start, on_pass_done)
+    result = _execute(prepared, max_rewrites, on_pass_start, on_pass_done)
+    result.model = _with_weights(result.model, prepared.source)
+    return result
 
 
 @dataclass
@@ -106,7 +118,7 @@ def _prepare(model: ModelLike, passes: str | Pipeline | None, check: bool,
 
         for path in plugin_rules:
             rules += load_rules(path)
-    source = model if isinstance(model, onnx.ModelProto) else io.load(model)
+    source = model if isinstance(model, onnx.ModelProto) else io.load(model, weights=False)
     given = {k: tuple(int(d) for d in v) for k, v in (input_shapes or {}).items()}
     for spec in pipeline.pass_specs():
         for name, shape in spec.build().implied_input_shapes().items():
@@ -182,7 +194,18 @@ def bisect(
         result = _execute(prepared, budget, **hooks)
         return result.model, result.report
 
-    return bisect_rewrites(probe, on_probe)
+    found = bisect_rewrites(probe, on_probe)
+    found.model = _with_weights(found.model, prepared.source)
+    return found
+
+
+def _with_weights(model: onnx.ModelProto, source: onnx.ModelProto) -> onnx.ModelProto:
+    """The result with its weights in it: passes ran with the input's large weights left
+    in their file (`io.load(weights=False)`, `graphfix.weights`); they are read now,
+    into the result (a copy when it is the caller's `source`)."""
+    if model is source:
+        return weights.materialized(model)
+    return weights.materialize(model)
 
 
 _EVERY_REWRITE = 2**62  # a limit no run reaches: the probe that counts every rewrite
@@ -197,6 +220,11 @@ def _prepare_check(source: onnx.ModelProto, given: dict[str, tuple[int, ...]], c
     if not check:
         return (resolve_shapes(inputs, given, lenient=True),
                 OutputCheck.disabled("--no-check was given"))
+    try:
+        refuse_non_tensors(source)
+    except NoTestData as err:  # a sequence or optional input: rewrite, unchecked
+        return (resolve_shapes(inputs, given, lenient=True),
+                OutputCheck.disabled(f"{err.what}: {err.why}"))
     if data is None:
         shapes = resolve_shapes(inputs, given)
         return shapes, OutputCheck.prepare(source, shapes, None, seed, providers, values)

@@ -55,6 +55,7 @@ from graphfix.graph.protos import graph_protos, walk_protos
 from graphfix.runtime import references
 from graphfix.runtime.measure import Tally
 from graphfix.runtime.tolerances import ENGINE_FP32, Tolerance
+from graphfix.runtime.work import check_work
 
 if TYPE_CHECKING:
     from graphfix.check.engine import TrtEngine
@@ -226,6 +227,9 @@ def compare_layerwise(
     if not samples:
         raise GraphfixError("No inputs to compare the models on", "the feeds are empty",
                             "give at least one feed dict {input name: array}")
+    check_work(reference, label="REFERENCE")  # before any run: a Loop that never ends
+    if engine is None:
+        check_work(candidate, label="CANDIDATE")
     mode = resolve_mode(mode, reference, candidate, engine)
     if engine is not None and mode == "strict" and tolerance is None:
         tolerance = ENGINE_FP32

@@ -9,7 +9,13 @@ from itertools import islice
 import numpy as np
 import onnx
 
-from graphfix.runtime.feeds import graph_inputs, model_feeds, parse_input_shape, resolve_shapes
+from graphfix.runtime.feeds import (
+    graph_inputs,
+    model_feeds,
+    parse_input_shape,
+    refuse_non_tensors,
+    resolve_shapes,
+)
 from graphfix.runtime.tolerances import Tolerance, tolerance_for
 
 
@@ -22,6 +28,7 @@ def check_samples(model: onnx.ModelProto, data: str | os.PathLike | None, data_k
     `input_shapes` needed), else seeded random inputs (`runtime.feeds.model_feeds`:
     `values` fixes inputs), sample i with seed+i, dynamic dims from `input_shapes`
     (NAME:DIMS) or the usual defaults."""
+    refuse_non_tensors(model)
     if data is not None:
         from graphfix.runtime.data import open_data, run_batch
         from graphfix.runtime.values import with_values

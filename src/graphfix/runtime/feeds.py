@@ -9,16 +9,28 @@ Shape resolution, in order, for every dynamic dim of every graph input:
 A dim is dynamic when it has a symbolic name, no value, or a value <= 0 (some
 exporters write -1).
 
-Seeded data: floats ~ N(0, 1); integers uniform in [0, 8) (small, so that
-index-like inputs stay in range for most models); booleans fair coin flips. Except
-(see `values` for the rules): values the user fixes (`--input-value`); small integer
-inputs the graph compares with a constant take that constant (an integer scalar with
-none is refused: a random rate or mode breaks most models); recurrent state inputs
-(`state`, `h0`, `past_*`, `*cache*`, ...) are zeros. `model_feeds` applies all of it.
+Seeded data, per ONNX dtype (docs/inputs.md has the table):
+- floats (float16/32/64, and as ml_dtypes arrays bfloat16, float8e4m3fn/e4m3fnuz/
+  e5m2/e5m2fnuz, float4e2m1) ~ N(0, 1), rounded to the dtype (float4e2m1 holds
+  0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives);
+- float8e8m0 (a scale: powers of two only, no sign, no zero): 2^k, k uniform in [-4, 4];
+- integers (8 to 64 bits, and int4/uint4/int2/uint2 as ml_dtypes arrays) uniform in
+  [0, 8), or [0, max] for a type whose max is below 8 (int2: {0, 1}; uint2: 0..3),
+  small so that index-like inputs stay in range for most models;
+- booleans: fair coin flips;
+- strings: seeded ASCII words, 1 to 8 lowercase letters (numpy object arrays of str).
+Dtypes onnxruntime takes no input of (complex64/128, float6) get none: `NoTestData`
+says why (the output check is then skipped; `graphfix check` refuses).
+Except (see `values` for the rules): values the user fixes (`--input-value`); small
+integer inputs the graph compares with a constant take that constant (an integer
+scalar with none is refused: a random rate or mode breaks most models); recurrent state
+inputs (`state`, `h0`, `past_*`, `*cache*`, ...) are zeros. `model_feeds` applies all of it.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -69,6 +81,27 @@ def graph_inputs(model: onnx.ModelProto) -> list[InputInfo]:
     return out
 
 
+def non_tensor_inputs(model: onnx.ModelProto) -> list[tuple[str, str]]:
+    """(name, kind) of the inputs that are not tensors: sequence, optional, map, sparse
+    tensor. graphfix makes no test data for them: `refuse_non_tensors` says so."""
+    inits = {t.name for t in model.graph.initializer}
+    return [(vi.name, vi.type.WhichOneof("value").replace("_type", "").replace("_", " "))
+            for vi in model.graph.input
+            if vi.name not in inits and vi.type.WhichOneof("value") not in ("tensor_type",
+                                                                             None)]
+
+
+def refuse_non_tensors(model: onnx.ModelProto) -> None:
+    """NoTestData for a model with a non-tensor input (`non_tensor_inputs`)."""
+    odd = non_tensor_inputs(model)
+    if odd:
+        name, kind = odd[0]
+        raise NoTestData(f"Input '{name}' is a {kind}, for which graphfix makes no test data",
+                         "test inputs (random or --data arrays) are tensors only",
+                         "graphfix run rewrites such a model without the numerical check; "
+                         "check it on the tensors inside with your own harness")
+
+
 def _dim(d: onnx.TensorShapeProto.Dimension) -> int | str | None:
     if d.HasField("dim_value") and d.dim_value > 0:
         return int(d.dim_value)
@@ -112,7 +145,7 @@ def resolve_shapes(
     for info in inputs:
         if info.name in given:
             _check_given(info, given[info.name])
-            for d, v in zip(info.dims or (), given[info.name], strict=True):
+            for d, v in zip(info.dims or (), given[info.name], strict=info.dims is not None):
                 if isinstance(d, str):
                     bound.setdefault(d, v)
     shapes: dict[str, tuple[int, ...]] = {}
@@ -185,32 +218,122 @@ def random_feeds(
     fixed: Mapping[str, InputValue] | None = None,
 ) -> dict[str, np.ndarray]:
     """Seeded test data for every input (see the module docstring for distributions);
-    inputs in `fixed` take that value, broadcast to their shape and cast."""
+    inputs in `fixed` take that value, broadcast to their shape and cast. Refused before
+    any is made: a negative seed, and data over MAX_TEST_BYTES in all."""
+    if seed < 0:
+        raise GraphfixError(f"The seed {seed} is negative", "numpy's random generator "
+                            "takes seeds from 0 up", "give --seed 0 or more")
+    _check_size(inputs, shapes)
     rng = np.random.default_rng(seed)
     fixed = fixed or {}
     feeds = {}
     for info in inputs:
         shape = shapes[info.name]
-        kind = info.dtype.kind if info.dtype is not None else "f"
+        dtype = info.dtype if info.dtype is not None else np.dtype(np.float32)
+        kind = dtype_kind(dtype)
         if info.name in fixed:
             arr = fixed_array(info.name, fixed[info.name], info.dtype, shape)
         elif kind == "f" and is_state_name(info.name):
-            arr = np.zeros(shape, info.dtype or np.float32)
+            arr = np.zeros(shape, dtype)
+        elif dtype.name == "float8_e8m0fnu":
+            arr = np.exp2(rng.integers(-4, 5, size=shape)).astype(dtype)
         elif kind == "f":
-            arr = rng.standard_normal(shape).astype(info.dtype or np.float32)
+            arr = rng.standard_normal(shape).astype(np.float32).astype(dtype)
         elif kind in "iu":
-            arr = rng.integers(0, 8, size=shape).astype(info.dtype)
+            top = min(8, int(_int_info(dtype).max) + 1)
+            arr = rng.integers(0, top, size=shape).astype(dtype)
         elif kind == "b":
-            arr = rng.random(shape) < 0.5
+            arr = np.asarray(rng.random(shape) < 0.5)  # a 0-d result is a numpy scalar
+        elif kind == "O":
+            arr = _words(rng, shape)
+        elif kind == "c" and _ort_takes(dtype):
+            arr = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
         else:
-            raise GraphfixError(
-                f"Input '{info.name}' has dtype {info.dtype}, "
-                "for which graphfix makes no test data",
-                "only float, integer and boolean inputs are generated",
-                "pass the inputs with --data inputs.npz, or --no-check",
+            raise NoTestData(
+                f"Input '{info.name}' has dtype {dtype.name}, which onnxruntime takes "
+                "no input of",
+                "graphfix makes seeded data for float, integer, boolean and string "
+                "inputs of every width onnxruntime runs (docs/inputs.md), and "
+                f"onnxruntime has no {dtype.name} tensors",
+                "graphfix run rewrites the model without the numerical check; to check it, "
+                f"change '{info.name}' to a dtype onnxruntime runs",
             )
         feeds[info.name] = arr
     return feeds
+
+
+MAX_TEST_BYTES = 8 * 2**30
+"""The most test data graphfix makes for one run of a model (8 GiB): a shape past it is
+a typo or a declared-but-absurd dim, and making it would exhaust memory."""
+
+
+def _check_size(inputs: list[InputInfo], shapes: Mapping[str, tuple[int, ...]]) -> None:
+    sizes = {}
+    for info in inputs:
+        dtype = info.dtype if info.dtype is not None else np.dtype(np.float32)
+        sizes[info.name] = math.prod(shapes[info.name]) * max(dtype.itemsize, 1)
+    if sum(sizes.values()) <= MAX_TEST_BYTES:
+        return
+    name = max(sizes, key=sizes.__getitem__)
+    shape = "x".join(map(str, shapes[name]))
+    raise GraphfixError(
+        f"Test data for input '{name}' of shape {shape} would take {sizes[name]:.3g} bytes",
+        f"graphfix makes at most {MAX_TEST_BYTES // 2**30} GiB of test inputs for one run; "
+        "a shape this large is a typo or a dim the model declares but cannot mean",
+        f"give a smaller shape with --input-shape {name}:DIMS (or in fix-shapes), or "
+        "real inputs with --data")
+
+
+class NoTestData(GraphfixError):
+    """An input of a dtype onnxruntime takes no input of: there is no data to check with."""
+
+
+def dtype_kind(dtype: np.dtype) -> str:
+    """numpy's kind letter, with ml_dtypes' types (kind 'V' to numpy) as what they are:
+    'f' for bfloat16/float8/float4, 'i'/'u' for int4/uint4/int2/uint2; 'V' for a
+    dtype onnxruntime takes no tensor of (float6: ml_dtypes has it, onnxruntime not)."""
+    if dtype.kind != "V":
+        return dtype.kind
+    if not _ort_takes(dtype):
+        return "V"
+    try:
+        return "i" if int(_int_info(dtype).min) < 0 else "u"
+    except ValueError:
+        return "f"
+
+
+def _int_info(dtype: np.dtype):
+    import ml_dtypes
+
+    return ml_dtypes.iinfo(dtype) if dtype.kind == "V" else np.iinfo(dtype)
+
+
+@functools.cache
+def _ort_takes(dtype: np.dtype) -> bool:
+    """Whether onnxruntime makes tensors of this dtype (asked without a session)."""
+    import onnxruntime as ort
+
+    try:
+        ort.OrtValue.ortvalue_from_shape_and_type([1], helper.np_dtype_to_tensor_dtype(dtype))
+    except Exception:  # onnxruntime: "tensor type 27 is not supported"; onnx: KeyError
+        return False
+    return True
+
+
+WORD_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _words(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Seeded ASCII words, 1 to 8 lowercase letters each, as an object array of str."""
+    size = int(np.prod(shape, dtype=np.int64))
+    lengths = rng.integers(1, 9, size=size)
+    letters = rng.integers(0, len(WORD_LETTERS), size=int(lengths.sum()))
+    chars = np.array(list(WORD_LETTERS))[letters]
+    ends = np.cumsum(lengths)
+    words = ["".join(chars[end - n:end]) for n, end in zip(lengths, ends, strict=True)]
+    out = np.empty(size, dtype=object)
+    out[:] = words
+    return out.reshape(shape)
 
 
 def model_feeds(

@@ -73,6 +73,10 @@ def measure(ref, cand, mode: str = STRICT, threshold: float = 0.0,
     if ref.shape != cand.shape:
         return f"shape {_shape(ref.shape)} vs {_shape(cand.shape)}"
     tol = tolerance if tolerance is not None and dtype.kind == "f" else tolerance_for(dtype)
+    if dtype.kind in "OUS":  # strings (onnx STRING is an object array): equal or not
+        differ = int(np.count_nonzero(ref != cand))
+        return (Measure(True, 0.0, 0.0, math.inf, 0.0, 0.0, 0.0, tol) if not differ else
+                _broken(tol, f"{differ} of {ref.size} strings differ"))
     r64 = ref.astype(dtype, copy=False).astype(np.float64).ravel()
     c64 = cand.astype(dtype, copy=False).astype(np.float64).ravel()
     finite = np.isfinite(r64)

@@ -8,8 +8,8 @@ the model's noise floor, what a correct reordering of this model's arithmetic mo
 by. After a pass, the rewritten model runs on the reference inputs and every graph
 output is measured by `runtime.compare` against the bound in `runtime.tolerances`
 (scale-relative, or within `FLOOR_FACTOR` times the floor). When onnxruntime cannot
-run the original (custom ops, unsupported opset, ...) the check is skipped with the
-reason.
+run the original (custom ops, unsupported opset, ...), or would not finish (a Loop past
+`runtime.work`'s bound, found before running it), the check is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from graphfix.errors import GraphfixError, said
 from graphfix.runtime import references
 from graphfix.runtime.compare import OutputDiff, compare_outputs
 from graphfix.runtime.failures import cannot_run
-from graphfix.runtime.feeds import DEFAULT_SEED, model_feeds
+from graphfix.runtime.feeds import DEFAULT_SEED, NoTestData, model_feeds
 from graphfix.runtime.session import run_model
 from graphfix.runtime.tolerances import FLOOR_FACTOR, tolerance_table
 from graphfix.runtime.values import InputValue, with_values
+from graphfix.runtime.work import TooMuchWork
 
 
 @dataclass
@@ -100,9 +101,15 @@ class OutputCheck:
 
             feeds, used_seed = with_values(model, first_feeds(data, model), values), None
         else:
-            feeds, used_seed = model_feeds(model, shapes, seed, values), seed
+            try:
+                feeds, used_seed = model_feeds(model, shapes, seed, values), seed
+            except NoTestData as err:  # an input dtype onnxruntime cannot take
+                return cls({}, None, f"{err.what}: {err.why}", providers, seed)
         try:
             reference = run_checkable(model, feeds, providers)
+        except TooMuchWork as err:  # a Loop that would never finish: checked before running
+            return cls(feeds, None, f"{err.what}: {err.why}", providers, used_seed,
+                       str(data or ""))
         except NotCheckable as err:
             reason = (f"{err}: onnxruntime cannot run it and graphfix has no reference form "
                       "for it (docs/references.md)")

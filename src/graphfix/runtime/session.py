@@ -3,18 +3,40 @@
 CPU execution provider (unless asked otherwise), every onnxruntime graph
 optimization disabled (so onnxruntime's own rewrites cannot hide or cause a
 difference), one intra-op thread order fixed by onnxruntime itself.
+
+Threads. Each onnxruntime session owns a thread pool (by default one thread per
+physical core, each sleeping or spinning between runs) for as long as it lives; a
+command that makes many sessions (a check per pass, a session per folded subgraph)
+must not let them pile up (issue 15: ~950 threads on 2 cores). Every session graphfix
+makes computes with `intra_op_threads()` threads (the CPUs this process may use) and
+one inter-op thread, and lives only as long as its run. Sessions that libraries make
+in graphfix's process (onnx-graphsurgeon's `fold_constants` makes one per folded part,
+with onnxruntime's default options) get bounded inside `bounded_sessions()`.
+
+Inputs of dtypes numpy lacks (bfloat16, float8, int4/uint4, int2/uint2, float4e2m1,
+float8e8m0) are kept as ml_dtypes arrays (one element per item, as onnx's
+`numpy_helper` gives them); `ort_feeds` hands them to onnxruntime as OrtValues of the
+ONNX type (sub-byte types packed, first element in the low bits), which is the only
+form onnxruntime takes them in.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
+from onnx import helper
 
+from graphfix import weights
 from graphfix.errors import GraphfixError
+from graphfix.runtime.work import check_work
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 _CUDA_HINT = ("install onnxruntime-gpu in place of onnxruntime (pip uninstall -y onnxruntime "
@@ -91,7 +113,27 @@ def session_options(basic: bool = False, fast: bool = False):
     # between runs on 2 cores). Threads now sleep between runs.
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    so.intra_op_num_threads = intra_op_threads()
+    so.inter_op_num_threads = 1
     return so
+
+
+def intra_op_threads() -> int:
+    """The threads one graphfix session computes with: the CPUs this process may run on
+    (its CPU affinity, lowered to a cgroup v2 CPU quota where one is set), at least 1.
+    onnxruntime's own default counts the machine's cores, ignoring both."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):  # no cgroup v2, or no quota
+        pass
+    return max(1, cpus)
 
 
 def make_session(model: onnx.ModelProto, providers: Sequence[str] = ("cpu",),
@@ -100,27 +142,35 @@ def make_session(model: onnx.ModelProto, providers: Sequence[str] = ("cpu",),
 
     Models over the 2 GB protobuf limit are written to a temporary directory with
     external data first. Raises GraphfixError for a provider onnxruntime lacks or could
-    not start (`provider_names`), else whatever onnxruntime raises; callers decide
-    whether that is the user's problem or a broken rewrite.
+    not start (`provider_names`), `runtime.work.TooMuchWork` (a GraphfixError) for a
+    model with a Loop that would not finish, else whatever onnxruntime raises; callers
+    decide whether that is the user's problem or a broken rewrite. The session's `run`
+    takes feeds of every dtype `ort_feeds` does.
     """
-    import onnxruntime as ort
+    from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
 
+    check_work(model)  # a Loop that would never finish is refused before onnxruntime runs it
+    session_class = _session_class(InferenceSession)
     names = provider_names(providers)
+    if weights.deferred(model):  # weights left in their file (io.load(weights=False))
+        options = session_options(basic, fast)
+        data = weights.session_bytes(model, options)  # onnxruntime maps the file
+        if data is not None:
+            return _started(session_class(data, sess_options=options, providers=names), names)
+        model = weights.materialized(model)  # over 2 GB even so: a full copy (rare)
     try:  # ByteSize() would serialize too (upb): serialize once, fall back past 2 GB
         data = model.SerializeToString()
     except Exception:  # protobuf raises ValueError or EncodeError past the 2 GB limit
         data = None
     options = session_options(basic, fast)
     if data is not None:
-        return _started(ort.InferenceSession(data, sess_options=options, providers=names),
-                        names)
+        return _started(session_class(data, sess_options=options, providers=names), names)
     with tempfile.TemporaryDirectory(prefix="graphfix-ort-") as tmp:
         path = os.path.join(tmp, "model.onnx")
         big = onnx.ModelProto()
         big.CopyFrom(model)
         onnx.save_model(big, path, save_as_external_data=True, location="model.onnx.data")
-        return _started(ort.InferenceSession(path, sess_options=options, providers=names),
-                        names)
+        return _started(session_class(path, sess_options=options, providers=names), names)
 
 
 def run_model(
@@ -133,3 +183,134 @@ def run_model(
     sess = make_session(model, providers, basic)
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, dict(feeds)), strict=True))
+
+
+@functools.cache
+def _session_class(base: type) -> type:
+    """`base` (onnxruntime's InferenceSession) with `run` taking ml_dtypes feeds."""
+    class GraphfixSession(base):  # type: ignore[misc, valid-type]
+        def run(self, output_names, input_feed, run_options=None):
+            return super().run(output_names, ort_feeds(input_feed), run_options)
+
+    return GraphfixSession
+
+
+_PACKED_BITS = {onnx.TensorProto.INT4: 4, onnx.TensorProto.UINT4: 4,
+                onnx.TensorProto.FLOAT4E2M1: 4}
+for _name in ("INT2", "UINT2"):  # onnx >= 1.20
+    if hasattr(onnx.TensorProto, _name):
+        _PACKED_BITS[getattr(onnx.TensorProto, _name)] = 2
+
+
+def ort_feeds(feeds: Mapping[str, object]) -> dict[str, object]:
+    """`feeds` as onnxruntime takes them: numpy arrays of numpy's own dtypes (strings as
+    object arrays) as they are, ml_dtypes arrays as OrtValues (module docstring)."""
+    return {k: _ort_value(v) if isinstance(v, np.ndarray) and is_extension_dtype(v.dtype)
+            else v for k, v in feeds.items()}
+
+
+def is_extension_dtype(dtype: np.dtype) -> bool:
+    """Whether `dtype` is not numpy's own but registered by an extension (ml_dtypes:
+    numpy numbers those from NPY_USERDEF, 256, up). Their `kind` says little: 'V' for
+    most, 'f' for float8_e5m2."""
+    return dtype.num >= 256
+
+
+def _ort_value(arr: np.ndarray):
+    import onnxruntime as ort
+
+    elem = helper.np_dtype_to_tensor_dtype(arr.dtype)
+    value = ort.OrtValue.ortvalue_from_shape_and_type(list(arr.shape), elem)
+    raw = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+    bits = _PACKED_BITS.get(elem)
+    if bits:  # onnxruntime stores 8 // bits elements per byte, the first in the low bits
+        per = 8 // bits
+        raw = np.concatenate([raw & ((1 << bits) - 1),
+                              np.zeros(-raw.size % per, np.uint8)]).reshape(-1, per)
+        raw = np.bitwise_or.reduce(raw << (np.arange(per, dtype=np.uint8) * bits), axis=1)
+        raw = raw.astype(np.uint8)
+    size = value.tensor_size_in_bytes()
+    if raw.nbytes != size:
+        raise ValueError(f"{arr.dtype} data of shape {arr.shape} is {raw.nbytes} bytes, "
+                         f"onnxruntime's tensor {size}")
+    if size:
+        ctypes.memmove(value.data_ptr(), raw.ctypes.data, size)
+    return value
+
+
+# --- sessions that libraries create ---------------------------------------------------
+
+LIBRARY_THREADS = 1
+"""Threads of a session a library makes inside `bounded_sessions()`: they evaluate
+constant subexpressions, small work one after another, and with one thread onnxruntime
+starts no thread pool at all."""
+_PATCH_LOCK = threading.Lock()
+_PATCH: dict[str, object] = {"depth": 0, "original": None}
+
+
+@contextlib.contextmanager
+def bounded_sessions() -> Iterator[None]:
+    """Bound every onnxruntime session created while inside: `LIBRARY_THREADS` intra-op
+    threads (fewer when the caller asked for fewer), one inter-op thread, no spinning,
+    onnxruntime's log off (its errors still raise), and a model given as bytes with a
+    Loop past `runtime.work`'s bound is refused (RuntimeError) instead of run.
+
+    For libraries that make sessions with onnxruntime's default options and offer no
+    way to pass options in: onnx-graphsurgeon's `Graph.fold_constants` calls
+    `onnxruntime.InferenceSession(bytes, providers=...)`. Why this mechanism:
+    onnxruntime's global thread pools (`set_global_thread_pool_sizes`) serve only
+    sessions whose options opt in (`use_per_session_threads = False`), which a library's
+    default options do not; onnxruntime reads no environment variable for its thread
+    counts; and gs has no option or hook for session options. So, only for the
+    duration of the block, `onnxruntime.InferenceSession` is a subclass that fills in
+    bounded options (the name gs looks up at each call); the name is restored on
+    exit, also on an error. Nesting and use from several threads are counted.
+    graphfix's own sessions (`make_session`) are bounded without it.
+    """
+    import onnxruntime as ort
+
+    with _PATCH_LOCK:
+        if _PATCH["depth"] == 0:
+            _PATCH["original"] = ort.InferenceSession
+            ort.InferenceSession = _bounded_class(ort.InferenceSession)
+        _PATCH["depth"] = int(_PATCH["depth"]) + 1
+    try:
+        yield
+    finally:
+        with _PATCH_LOCK:
+            _PATCH["depth"] = int(_PATCH["depth"]) - 1
+            if _PATCH["depth"] == 0:
+                ort.InferenceSession = _PATCH["original"]
+                _PATCH["original"] = None
+
+
+def bound_options(options=None):
+    """Session options with bounded threads (`bounded_sessions`), `options` changed in
+    place when given (a caller's intra-op count is kept when it is lower)."""
+    import onnxruntime as ort
+
+    if options is None:
+        options = ort.SessionOptions()
+        options.log_severity_level = 4  # the library never prints; errors still raise
+    wanted = options.intra_op_num_threads
+    options.intra_op_num_threads = LIBRARY_THREADS if wanted <= 0 else min(
+        wanted, LIBRARY_THREADS)
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    return options
+
+
+def _bounded_class(base: type) -> type:
+    class BoundedSession(base):  # type: ignore[misc, valid-type]
+        def __init__(self, path_or_bytes, sess_options=None, providers=None,
+                     provider_options=None, **kwargs) -> None:
+            if isinstance(path_or_bytes, bytes) and b"Loop" in path_or_bytes:
+                try:
+                    check_work(onnx.load_from_string(path_or_bytes))
+                except GraphfixError as err:  # a library catches RuntimeError, not ours
+                    raise RuntimeError(err.message) from None
+            super().__init__(path_or_bytes, bound_options(sess_options), providers,
+                             provider_options, **kwargs)
+
+    return BoundedSession
