@@ -19,7 +19,18 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import all_graphs, count_nodes, is_onnx
 from graphfix.graph.shapes import infer_shapes
+from graphfix.passes._fold_eval import (
+    excluded,
+    fold_node_by_node,
+    fold_static_shapes,
+    inline_constant_ifs,
+)
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
+from graphfix.runtime.session import bounded_sessions
+from graphfix.runtime.work import runaway_loops
+
+MAX_ROUNDS = 8
+"""Rounds of shape folding and evaluation in one run (each after shape inference)."""
 
 
 @dataclass(frozen=True)
@@ -57,23 +68,62 @@ class FoldConstants(Pass):
         # the installed onnxruntime may refuse (and folding silently does nothing).
         for sub in graph.subgraphs(recursive=True):
             sub.ir_version = getattr(graph, "ir_version", None)
-        with G_LOGGER.suppress():
-            graph.fold_constants(
-                fold_shapes=self.options.shapes,
-                recurse_subgraphs=True,
-                partitioning="basic",
-                error_ok=True,
-                flatten_subgraphs=True,
-                size_threshold=self.options.size_threshold or None,
-            )
-            graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=True)
+        threshold = self.options.size_threshold or None
+        runaway = runaway_loops(graph)  # refused by bounded_sessions, said in a note
+        shapes = 0
+        # gs makes its own onnxruntime sessions: bounded threads, runaway Loops refused
+        with G_LOGGER.suppress(), bounded_sessions():
+            for _ in range(MAX_ROUNDS):
+                folded_shapes = fold_static_shapes(graph) if self.options.shapes else 0
+                _evaluate(graph, threshold)
+                graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=True)
+                shapes += folded_shapes
+                if not folded_shapes:
+                    break
+                # a Reshape whose target just became constant has a known output shape
+                # now, which a Shape further down may read: fold again (one run is
+                # then enough, as the pass contract asks)
+                infer_shapes(graph)
         folded = before - count_nodes(graph)
-        result = PassResult(changed=folded != 0)
+        result = PassResult(changed=folded != 0 or shapes != 0)
+        result.notes += [Note(loop.node, f"not folded: {loop.describe()}") for loop in runaway]
         if folded > 0:
             result.counts["folded nodes into constants"] = folded
         else:
             result.notes.append(Note("graph", "no node has only constant inputs"))
         return result
+
+
+def _evaluate(graph: gs.Graph, threshold: int | None) -> None:
+    """Fold every constant subexpression: gs's folding in one session per graph, node by
+    node where onnxruntime fails on that, then the If nodes whose condition is constant."""
+    try:
+        _gs_fold(graph, threshold, error_ok=False)
+    except Exception:  # noqa: BLE001 - onnxruntime cannot evaluate some part
+        # evaluate node by node instead, then let gs do what is left (subgraphs,
+        # If nodes with a constant condition) without what failed
+        fold_node_by_node(graph, threshold)
+        try:
+            _gs_fold(graph, threshold, error_ok=True)
+        except Exception:  # noqa: BLE001 - gs's export fails on some types
+            pass  # (optional tensors: UnboundLocalError); node by node is done
+    if inline_constant_ifs(graph):
+        _gs_fold(graph, threshold, error_ok=True)  # the inlined branches' constants
+
+
+def _gs_fold(graph: gs.Graph, threshold: int | None, error_ok: bool) -> None:
+    """gs's folding in one onnxruntime session per graph (no partitioning: gs's retries
+    recurse on the same part, see `_fold_eval`), without shape folding (graphfix's own,
+    `fold_static_shapes`, honours Shape's start/end)."""
+    graph.fold_constants(
+        fold_shapes=False,
+        recurse_subgraphs=True,
+        partitioning=None,
+        error_ok=error_ok,
+        flatten_subgraphs=False,  # `inline_constant_ifs` does it
+        size_threshold=threshold,
+        should_exclude_node=excluded,
+    )
 
 
 def _shape_inputs(graph: gs.Graph) -> list[gs.Tensor]:
