@@ -15,6 +15,7 @@ from graphfix.cli.doctor import doctor_command
 from graphfix.cli.passes import passes_command
 from graphfix.cli.plugins import plugins_app
 from graphfix.cli.run import run_command
+from graphfix.text import printable
 
 app = typer.Typer(
     name="graphfix",
@@ -58,7 +59,7 @@ def main() -> None:
     try:
         app()
     except Exception:
-        traceback.print_exc()
+        print(printable(traceback.format_exc(), keep="\n"), end="", file=sys.stderr)
         print(
             "graphfix hit an internal error (a bug in graphfix, not in your model). "
             "Please report it with the traceback above.",

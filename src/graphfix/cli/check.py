@@ -146,10 +146,10 @@ def _models(reference: Path, candidate: Path | None, trt: bool, precision: str,
                             "give CANDIDATE, or --trt to compare REFERENCE with the "
                             "TensorRT engine built from it")
     candidate = candidate or reference
-    ref = io.load(reference)
+    ref = io.load(reference, weights=False)  # large weights stay in their file
     if is_engine_path(candidate):
         return ref, ref, EngineSpec(candidate, precision, workspace)
-    cand = ref if candidate == reference else io.load(candidate)
+    cand = ref if candidate == reference else io.load(candidate, weights=False)
     return ref, cand, EngineSpec(candidate, precision, workspace) if trt else None
 
 

@@ -1,4 +1,9 @@
-"""What every command shares: error display, the pass table, the console."""
+"""What every command shares: error display, the pass table, the console.
+
+Every string a command prints goes through `console` or `err_console`, which spell out
+control and bidi characters (`graphfix.text.printable`): names from a model cannot
+drive the terminal. Only JSON, which escapes them itself, is printed around them.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +15,34 @@ from dataclasses import dataclass
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from graphfix.errors import GraphfixError
 from graphfix.report import APPLIED, ROLLED_BACK, UNCHANGED, PassRecord, Report
+from graphfix.text import printable
 
 EXIT_FAILED = 1
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL = 3
 NOTES_SHOWN = 5
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+
+class SafeConsole(Console):
+    """A rich Console that shows control and bidi characters as escapes (`\\x1b`) in
+    every string it renders (printed text, table cells and titles), keeping the line
+    breaks and tabs; `:name:` stays text, not an emoji. Objects rich renders without
+    `render_str` (a `Text` built by hand) are not covered: commands print strings."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(highlight=False, emoji=False, **kwargs)
+
+    def render_str(self, text: str, **kwargs):
+        return super().render_str(printable(text, keep="\n\t"), **kwargs)
+
+
+console = SafeConsole()
+err_console = SafeConsole(stderr=True)
 
 
 @dataclass
@@ -46,8 +67,8 @@ def user_errors(ctx: typer.Context) -> Iterator[None]:
         yield
     except GraphfixError as err:
         if debug:
-            traceback.print_exc()
-        print(f"error: {err.message}", file=sys.stderr)
+            print(printable(traceback.format_exc(), keep="\n"), end="", file=sys.stderr)
+        print("error: " + printable(err.message, keep="\n"), file=sys.stderr)
         raise typer.Exit(EXIT_USER_ERROR) from None
 
 
@@ -58,7 +79,7 @@ def shown_records(report: Report) -> list[PassRecord]:
 
 
 def pass_table(report: Report) -> Table:
-    table = Table(title=f"graphfix run: {report.pipeline}", title_justify="left")
+    table = Table(title=f"graphfix run: {escape(str(report.pipeline))}", title_justify="left")
     table.add_column("#", justify="right")
     rounds = any(rec.preset for rec in report.passes)
     if rounds:
@@ -73,11 +94,11 @@ def pass_table(report: Report) -> Table:
         table.add_row(
             str(rec.index + 1),
             *([str(rec.round) if rec.preset else ""] if rounds else []),
-            rec.spec,
+            escape(rec.spec),
             f"{rec.seconds * 1000:.0f} ms",
             f"{rec.nodes_before} → {rec.nodes_after}",
-            rec.did(),
-            rec.check,
+            escape(rec.did()),
+            escape(rec.check),
             style=style,
         )
     return table
@@ -96,7 +117,7 @@ def print_explain(section: dict, shown: int = 20) -> None:
     for col in ("conv", "in the way", "why", "fix"):
         table.add_column(col)
     for chain in broken[:shown]:
-        table.add_row(chain["conv"], chain["blocker"], chain["reason"], chain["fix"] or "-")
+        table.add_row(*(escape(chain[k] or "-") for k in ("conv", "blocker", "reason", "fix")))
     console.print(table)
     if len(broken) > shown:
         console.print(f"... {len(broken) - shown} more (see --report)", markup=False)
@@ -134,7 +155,8 @@ def print_report(report: Report, show_traceback: bool = False, warn_skipped: boo
     printed: set[str] = set()
     for rec in shown:
         if rec.status == ROLLED_BACK:
-            console.print(f"[red]rolled back[/red] {rec.spec}: {rec.rollback_reason}")
+            console.print(f"[red]rolled back[/red] {escape(rec.spec)}: "
+                          f"{escape(rec.rollback_reason)}")
             if show_traceback and rec.traceback:
                 console.print(rec.traceback, markup=False)
         if not rec.counts and len(rec.notes) == 1:

@@ -12,6 +12,7 @@ from rich.table import Table
 from graphfix.cli.common import EXIT_FAILED, console, user_errors
 from graphfix.doctor.findings import SEVERITIES, Diagnosis
 from graphfix.errors import GraphfixError
+from graphfix.text import printable
 
 _STYLE = {"error": "red", "warn": "yellow", "info": "dim"}
 FAIL_ON = ("error", "warn", "never")
@@ -50,7 +51,7 @@ def doctor_command(
         from graphfix.trt import parse_target
 
         target = parse_target(trt)
-        loaded = load(model)
+        loaded = load(model, weights=False)  # doctor reads no weights
         diagnosis = diagnose(loaded, target, name=str(model))
         if live:
             from graphfix.doctor.live import live_verdict
@@ -76,7 +77,9 @@ def print_diagnosis(diagnosis: Diagnosis, show_info: bool = False, nodes_shown: 
         for col in ("rule", "where", "what", "fix"):
             table.add_column(col, overflow="fold")
         for f in found:
-            where = list(f.nodes[:nodes_shown]) or list(f.tensors[:nodes_shown]) or ["model"]
+            # one name per line: a line break inside a name is spelled out too
+            where = [printable(w) for w in f.nodes[:nodes_shown] or f.tensors[:nodes_shown]]
+            where = where or ["model"]
             more = len(f.nodes or f.tensors) - len(where)
             if more > 0:
                 where.append(f"... {more} more")

@@ -142,7 +142,7 @@ def run_command(
                         replaces=model if in_place else None)
         files.claim(report, "--report")
         ort_providers = provider_names(providers)  # a usage error before any work
-        source = io.load(model)
+        source = io.load(model, weights=False)  # large weights stay in their file
         shapes = dict(parse_input_shape(s) for s in input_shape or [])
         if bisect:
             from graphfix.cli.run_bisect import run_bisect
@@ -258,13 +258,14 @@ def _dumper(out: Path, which: str, files, said: list[str]):
     rolled back, the model it produced (`.REJECTED.onnx`), or in `said` why there is none;
     staged in `files` (a WriteSet), written with the output."""
     from graphfix.report import ROLLED_BACK
+    from graphfix.weights import materialized
 
     def dump(record: PassRecord, model: onnx.ModelProto) -> None:
         if which != "all" and which not in (record.spec, record.spec.split("{")[0]):
             return
         name = record.spec.split("{")[0]
         stem = f"{out.stem}.after-{record.index + 1:02d}-{name}"
-        files.model(model, out.with_name(f"{stem}.onnx"), "--dump-after")
+        files.model(materialized(model), out.with_name(f"{stem}.onnx"), "--dump-after")
         if record.status != ROLLED_BACK:
             return
         if record.rejected is None:
@@ -272,7 +273,7 @@ def _dumper(out: Path, which: str, files, said: list[str]):
                         "raised): there is no rejected model to dump")
             return
         path = out.with_name(f"{stem}.REJECTED.onnx")
-        files.model(record.rejected, path, "--dump-after")
+        files.model(materialized(record.rejected), path, "--dump-after")
         said.append(f"wrote {path}: the model {record.spec} produced, which was rolled back")
 
     return dump

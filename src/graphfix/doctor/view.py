@@ -13,8 +13,8 @@ from functools import cached_property
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
+from graphfix import weights
 from graphfix.graph.protos import graph_protos, proto_label, walk_protos
 from graphfix.graph.skeleton import skeleton
 
@@ -144,7 +144,7 @@ class ModelView:
             elif attrs:
                 value = np.asarray(onnx.helper.get_attribute_value(next(iter(attrs.values()))))
         if tensor is not None and int(np.prod(tensor.dims, dtype=np.int64)) <= max_elements:
-            value = numpy_helper.to_array(tensor)
+            value = weights.to_array(tensor)
         self._values[name] = value
         return value
 
