@@ -18,6 +18,9 @@ TensorRT then sees a static reshape instead of a shape-tensor computation, the
 Shape/Slice/Cast/Concat nodes go with the next cleanup, and the output rank is
 known (so MatMul + Add can become a Gemm in `fuse-conv-bias`).
 
+Shapes the model does not record are inferred first, and a folded Reshape's output
+gets its static shape, so a chain of such Reshapes folds in one run.
+
 Evaluated: initializers and Constant nodes, Shape (start/end, opset 15+), Cast to
 an integer type, Identity, Concat, Slice, Gather (axis 0), Unsqueeze/Squeeze of
 0-D/1-D values. Anything else (Mul, Add, ...) leaves the Reshape alone, with a note.
@@ -40,6 +43,7 @@ from graphfix.graph import (
     node_label,
     opset_of,
 )
+from graphfix.graph.shapes import infer_shapes
 from graphfix.passes._noop_shapes import slice_params, squeeze_axes
 from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
 
@@ -85,24 +89,30 @@ class FoldReshapeTargets(Pass):
         result = PassResult(changed=False)
         opset = opset_of(graph)
         names = names_in_use(graph)
-        candidates = 0
-        for g in all_graphs(graph):
-            for node in list(g.nodes):
-                if not is_onnx(node, "Reshape") or len(node.inputs) < 2:
-                    continue
-                if constant_value(node.inputs[1]) is not None:
-                    continue
-                candidates += 1
-                target = _target(node, opset)
-                if isinstance(target, str):
-                    result.notes.append(Note(node_label(node), target))
-                    continue
-                if not ctx.allow_rewrite(self.name, f"{node_label(node)} target {target}"):
-                    result.notes.append(Note(node_label(node), LIMIT_REACHED))
-                    continue
-                name = fresh_name(f"{node.outputs[0].name}_shape", names)
-                node.inputs[1] = gs.Constant(name, np.array(target, dtype=np.int64))
-                result.counts["made Reshape targets computed from Shape constant"] += 1
+        candidates = [node for g in all_graphs(graph) for node in g.nodes
+                      if is_onnx(node, "Reshape") and len(node.inputs) >= 2
+                      and constant_value(node.inputs[1]) is None]
+        if candidates and any(is_onnx(n, "Shape") and n.inputs and n.inputs[0].shape is None
+                              for g in all_graphs(graph) for n in g.nodes):
+            # exporters record no shapes for intermediates (a Reshape's output read by
+            # the next Shape): without inference, a second run would fold what this one
+            # could not see
+            infer_shapes(graph)
+        for node in candidates:
+            target = _target(node, opset)
+            if isinstance(target, str):
+                result.notes.append(Note(node_label(node), target))
+                continue
+            if not ctx.allow_rewrite(self.name, f"{node_label(node)} target {target}"):
+                result.notes.append(Note(node_label(node), LIMIT_REACHED))
+                continue
+            name = fresh_name(f"{node.outputs[0].name}_shape", names)
+            node.inputs[1] = gs.Constant(name, np.array(target, dtype=np.int64))
+            result.counts["made Reshape targets computed from Shape constant"] += 1
+            out = node.outputs[0]
+            if out.shape is None:  # a later target may read it (nodes are in order)
+                out.shape = _reshaped(node.inputs[0].shape, target,
+                                      bool(node.attrs.get("allowzero", 0)))
         result.changed = bool(result.counts)
         if not candidates:
             result.notes.append(Note("graph", "no Reshape with a computed target"))
@@ -136,6 +146,21 @@ def _target(node: gs.Node, opset: int) -> list[int] | str:
         f"({', '.join(_describe(value.entries[i]) for i in free)}) that neither 0 nor a "
         "single -1 can express"
     )
+
+
+def _reshaped(shape, target: list[int], allowzero: bool) -> list[int] | None:
+    """The output shape of Reshape(x of `shape`, `target`), None unless `shape` is static."""
+    if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape):
+        return None
+    out = [shape[i] if t == 0 and not allowzero and i < len(shape) else t
+           for i, t in enumerate(target)]
+    total = int(np.prod(shape, dtype=np.int64))
+    if -1 in out:
+        known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
+        if known <= 0 or total % known:
+            return None
+        out[out.index(-1)] = total // known
+    return out if int(np.prod(out, dtype=np.int64)) == total else None
 
 
 def _describe(entry: Entry) -> str:

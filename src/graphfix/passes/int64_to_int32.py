@@ -23,7 +23,8 @@ island changes type as a whole or not at all. An INT64 island becomes INT32 when
    (`_SELECTS`: Gather, Concat, Slice, Where, Max, Range...), so no value can
    leave INT32; arithmetic (Add, Mul...) could overflow INT32 where INT64 does not;
 3. every reader accepts tensor(int32) at that input, by the schema of its op
-   at the model's opset, and no island tensor is a graph output. When the island
+   at the model's opset (and by onnx and onnxruntime in practice: Pad's `axes` is
+   read only as INT64, `_READ_AS_INT64`), and no island tensor is a graph output. When the island
    has a graph input, readers that need INT64 and graph outputs get a Cast to
    INT64 instead (a constant keeps its INT64 original for them); an island of
    constants alone stays, since a Cast back would gain nothing.
@@ -67,6 +68,15 @@ _SELECTS = frozenset({
     "Compress", "DepthToSpace", "SpaceToDepth", "Range", "Unique", "ReverseSequence", "Trilu",
     "EyeLike",
 })
+# Inputs whose schema allows tensor(int32) but that onnx's shape inference or
+# onnxruntime read only as tensor(int64): converting them gives a model neither accepts
+# ("ParseData type mismatch ... Expected:int64 Actual:int32"). (op, input index) -> why.
+_READ_AS_INT64 = {
+    ("Pad", 3): "as 'axes', which onnx's shape inference and onnxruntime read only as "
+                "tensor(int64)",
+    ("CenterCropPad", 1): "as 'shape', which onnxruntime's CenterCropPad expansion reads "
+                          "only as tensor(int64)",
+}
 
 
 @dataclass(frozen=True)
@@ -204,6 +214,8 @@ def _tie_node(node: gs.Node, schema: onnx.defs.OpSchema | None, info: _Typing) -
         if t.is_empty():
             continue
         var, accepts, why = _slot(schema, i, True)
+        if accepts and is_onnx(node) and (node.op, i) in _READ_AS_INT64:
+            accepts, why = False, _READ_AS_INT64[(node.op, i)]
         info.find(t)
         if var is not None:
             by_var[var].append(t)
