@@ -90,20 +90,9 @@ KNOWN_REFUSALS: dict[str, str] = {}
 _RANGE = ("the model feeds Range 1-element 1-D tensors (the spec wants scalars) from an If "
           "whose condition is constant; once fold-constants inlines the If, strict shape "
           "inference sees it and every later pass is rolled back")
-_FEEDS = ("runtime/feeds.py: resolve_shapes raises ValueError (zip strict), not "
-          "GraphfixError, for --input-shape on an optional input")
-_OPTIONAL = ("onnx-graphsurgeon 0.6.1 cannot export an optional-typed tensor (its "
-             "export_value_info_proto knows tensor, sequence and sparse types only): every "
-             "pass that changes the graph fails in graph/convert.py to_model "
-             "(UnboundLocalError) and is rolled back")
 KNOWN_FAILURES = {
-    "test_if_opt": _OPTIONAL,
-    "test_loop16_seq_none": _OPTIONAL,
     "test_affine_grid_2d_expanded": _RANGE,
     "test_affine_grid_2d_align_corners_expanded": _RANGE,
-    "test_optional_get_element_optional_tensor": _FEEDS,
-    "test_optional_has_element_optional_input": _FEEDS,
-    "test_optional_has_element_tensor_input": _FEEDS,
 }
 
 
@@ -168,3 +157,5 @@ def test_full_corpus(corpus):
     failures = [f"{o.name}: {problem[:400]}" for o in outcomes
                 if (problem := _verdict(o)) is not None and o.name not in KNOWN_FAILURES]
     assert not failures, summary + "\n" + "\n".join(failures)
+    fixed = {o.name for o in outcomes if _verdict(o) is None} & KNOWN_FAILURES.keys()
+    assert not fixed, f"these pass now: drop them from KNOWN_FAILURES: {sorted(fixed)}"

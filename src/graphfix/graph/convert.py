@@ -10,6 +10,7 @@ from onnx_graphsurgeon.ir.tensor import LazyValues
 from onnx_graphsurgeon.logger import G_LOGGER
 
 from graphfix import weights
+from graphfix.graph.protos import all_nodes, graph_protos
 from graphfix.graph.rewire import constant_value
 from graphfix.graph.walk import all_graphs
 
@@ -40,7 +41,26 @@ def to_graph(model: onnx.ModelProto) -> gs.Graph:
                 # export keeps the proto (and its reference) while the values are lazy;
                 # values a pass sets are written inline, never marked external
                 t.data_location = None
+    _keep_type_attributes(model, graph)
     return graph
+
+
+def _keep_type_attributes(model: onnx.ModelProto, graph: gs.Graph) -> None:
+    """gs 0.6.1 drops TYPE_PROTO attributes on import (Optional's `type`: the node is
+    then invalid); put them back (gs exports a TypeProto value as one), matching nodes
+    by op and outputs."""
+    typed: dict[tuple, dict[str, onnx.TypeProto]] = {}
+    for node in all_nodes(model.graph):
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TYPE_PROTO:
+                typed.setdefault((node.op_type, tuple(node.output)), {})[attr.name] = attr.tp
+    if not typed:
+        return
+    for g in all_graphs(graph):
+        for node in g.nodes:
+            extra = typed.get((node.op, tuple(t.name for t in node.outputs)))
+            if extra:
+                node.attrs.update(extra)
 
 
 class _DeferredValues(LazyValues):
@@ -53,8 +73,7 @@ class _DeferredValues(LazyValues):
 
 def to_model(graph: gs.Graph, like: onnx.ModelProto) -> onnx.ModelProto:
     """Export `graph`, carrying over `like`'s metadata, version fields and IR version."""
-    with G_LOGGER.suppress():
-        model = gs.export_onnx(graph, do_type_check=False)
+    model = export(graph)
     model.ir_version = like.ir_version
     model.producer_name = like.producer_name
     model.producer_version = like.producer_version
@@ -66,6 +85,47 @@ def to_model(graph: gs.Graph, like: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+_GS_EXPORTS = ("tensor_type", "sequence_type", "sparse_tensor_type")
+
+
+def export(graph: gs.Graph) -> onnx.ModelProto:
+    """gs.export_onnx, also for tensors of optional type: onnx-graphsurgeon 0.6.1 imports
+    them (its dtype: the element's TypeProto) but its exporter knows tensor, sequence and
+    sparse types only (UnboundLocalError). They are exported untyped, then given their
+    type back by name."""
+    odd: dict[str, onnx.TypeProto] = {}
+    held = []
+    for g in all_graphs(graph):
+        for tensor in g.tensors().values():
+            kind = getattr(tensor, "type", "tensor_type")
+            if (isinstance(tensor, gs.Variable) and kind not in _GS_EXPORTS
+                    and tensor.dtype is not None):
+                odd[tensor.name] = _type_proto(kind, tensor.dtype)
+                held.append((tensor, tensor.dtype))
+                tensor.dtype = None
+    try:
+        with G_LOGGER.suppress():
+            model = gs.export_onnx(graph, do_type_check=False)
+    finally:
+        for tensor, dtype in held:
+            tensor.dtype = dtype
+    if odd:
+        for g in graph_protos(model.graph):
+            for info in [*g.input, *g.output, *g.value_info]:
+                if info.name in odd and odd[info.name] is not None:
+                    info.type.CopyFrom(odd[info.name])
+    return model
+
+
+def _type_proto(kind: str, dtype) -> onnx.TypeProto | None:
+    """The TypeProto of an optional-typed tensor from gs's dtype for it (None: unknown)."""
+    if kind == "optional_type" and isinstance(dtype, onnx.TypeProto):
+        proto = onnx.TypeProto()
+        proto.optional_type.elem_type.CopyFrom(dtype)
+        return proto
+    return None
+
+
 def runnable_model(graph: gs.Graph) -> onnx.ModelProto:
     """The graph as it is now, exported for a pass that must run it in onnxruntime (to
     plan or verify a rewrite), with an IR version the installed onnxruntime loads
@@ -73,8 +133,7 @@ def runnable_model(graph: gs.Graph) -> onnx.ModelProto:
     relies on that too)."""
     from graphfix.io import compatible_ir_version
 
-    with G_LOGGER.suppress():
-        model = gs.export_onnx(graph, do_type_check=False)
+    model = export(graph)
     model.ir_version = compatible_ir_version(model)
     return model
 

@@ -96,7 +96,9 @@ def refuse_non_tensors(model: onnx.ModelProto) -> None:
     odd = non_tensor_inputs(model)
     if odd:
         name, kind = odd[0]
-        raise NoTestData(f"Input '{name}' is a {kind}, for which graphfix makes no test data",
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise NoTestData(f"Input '{name}' is {article} {kind}, for which graphfix makes no "
+                         "test data",
                          "test inputs (random or --data arrays) are tensors only",
                          "graphfix run rewrites such a model without the numerical check; "
                          "check it on the tensors inside with your own harness")
