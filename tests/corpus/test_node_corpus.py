@@ -87,13 +87,7 @@ SAMPLE = [
 KNOWN_REFUSALS: dict[str, str] = {}
 
 # Known failures, and why (each is a bug to fix; the test xfails them, strictly).
-_RANGE = ("the model feeds Range 1-element 1-D tensors (the spec wants scalars) from an If "
-          "whose condition is constant; once fold-constants inlines the If, strict shape "
-          "inference sees it and every later pass is rolled back")
-KNOWN_FAILURES = {
-    "test_affine_grid_2d_expanded": _RANGE,
-    "test_affine_grid_2d_align_corners_expanded": _RANGE,
-}
+KNOWN_FAILURES: dict[str, str] = {}  # model name -> why it fails (none left)
 
 
 def _workers() -> int | None:

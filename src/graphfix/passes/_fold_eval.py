@@ -247,3 +247,29 @@ def _take(node: gs.Node, branch: gs.Graph, names: set[str]) -> list[gs.Node]:
             source = written.get(id(out), out)
             nodes.append(gs.Node("Identity", inputs=[source], outputs=[if_out]))
     return nodes
+
+
+def scalar_range_inputs(graph: gs.Graph) -> list[str]:
+    """Reshape each 1-element 1-D input of a Range to the scalar ONNX requires; returns
+    the Ranges changed. onnxruntime runs Range on either, but onnx's shape inference
+    refuses the 1-D form once the shape is known, which is what inlining an If exposes
+    (an If's outputs have no shape; a branch's Split of a shape gives [1] tensors)."""
+    names = names_in_use(graph)
+    changed = []
+    for g in all_graphs(graph):
+        for node in [n for n in g.nodes if is_onnx(n, "Range")]:
+            for i, tensor in enumerate(node.inputs):
+                if tensor.shape is None or list(tensor.shape) != [1]:
+                    continue
+                name = fresh_name(f"{tensor.name}_scalar", names)
+                if isinstance(tensor, gs.Constant):
+                    node.inputs[i] = gs.Constant(name, np.asarray(tensor.values).reshape(()))
+                else:
+                    scalar = gs.Variable(name, dtype=tensor.dtype, shape=[])
+                    empty = gs.Constant(fresh_name(f"{name}_shape", names),
+                                        np.zeros(0, np.int64))
+                    g.nodes.append(gs.Node("Reshape", inputs=[tensor, empty],
+                                           outputs=[scalar]))
+                    node.inputs[i] = scalar
+                changed.append(node.name or node.outputs[0].name)
+    return list(dict.fromkeys(changed))

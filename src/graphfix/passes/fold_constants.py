@@ -24,6 +24,7 @@ from graphfix.passes._fold_eval import (
     fold_node_by_node,
     fold_static_shapes,
     inline_constant_ifs,
+    scalar_range_inputs,
 )
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
 from graphfix.runtime.session import bounded_sessions
@@ -70,12 +71,12 @@ class FoldConstants(Pass):
             sub.ir_version = getattr(graph, "ir_version", None)
         threshold = self.options.size_threshold or None
         runaway = runaway_loops(graph)  # refused by bounded_sessions, said in a note
-        shapes = 0
+        shapes = inlined = 0
         # gs makes its own onnxruntime sessions: bounded threads, runaway Loops refused
         with G_LOGGER.suppress(), bounded_sessions():
             for _ in range(MAX_ROUNDS):
                 folded_shapes = fold_static_shapes(graph) if self.options.shapes else 0
-                _evaluate(graph, threshold)
+                inlined += _evaluate(graph, threshold)
                 graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=True)
                 shapes += folded_shapes
                 if not folded_shapes:
@@ -84,8 +85,15 @@ class FoldConstants(Pass):
                 # now, which a Shape further down may read: fold again (one run is
                 # then enough, as the pass contract asks)
                 infer_shapes(graph)
+        if inlined and any(t.shape is None for t in _range_inputs(graph)):
+            infer_shapes(graph)  # inlined If outputs have shapes now
+        ranges = scalar_range_inputs(graph)
+        if ranges:
+            graph.toposort()
         folded = before - count_nodes(graph)
-        result = PassResult(changed=folded != 0 or shapes != 0)
+        result = PassResult(changed=folded != 0 or shapes != 0 or bool(ranges))
+        result.notes += [Note(r, "Range read a 1-element tensor where ONNX wants a scalar: "
+                              "reshaped to one (onnxruntime runs both alike)") for r in ranges]
         result.notes += [Note(loop.node, f"not folded: {loop.describe()}") for loop in runaway]
         if folded > 0:
             result.counts["folded nodes into constants"] = folded
@@ -94,9 +102,10 @@ class FoldConstants(Pass):
         return result
 
 
-def _evaluate(graph: gs.Graph, threshold: int | None) -> None:
+def _evaluate(graph: gs.Graph, threshold: int | None) -> int:
     """Fold every constant subexpression: gs's folding in one session per graph, node by
-    node where onnxruntime fails on that, then the If nodes whose condition is constant."""
+    node where onnxruntime fails on that, then the If nodes whose condition is constant
+    (returns how many Ifs were inlined)."""
     try:
         _gs_fold(graph, threshold, error_ok=False)
     except Exception:  # noqa: BLE001 - onnxruntime cannot evaluate some part
@@ -107,8 +116,10 @@ def _evaluate(graph: gs.Graph, threshold: int | None) -> None:
             _gs_fold(graph, threshold, error_ok=True)
         except Exception:  # noqa: BLE001 - gs's export fails on some types
             pass  # (optional tensors: UnboundLocalError); node by node is done
-    if inline_constant_ifs(graph):
+    inlined = inline_constant_ifs(graph)
+    if inlined:
         _gs_fold(graph, threshold, error_ok=True)  # the inlined branches' constants
+    return inlined
 
 
 def _gs_fold(graph: gs.Graph, threshold: int | None, error_ok: bool) -> None:
@@ -124,6 +135,11 @@ def _gs_fold(graph: gs.Graph, threshold: int | None, error_ok: bool) -> None:
         size_threshold=threshold,
         should_exclude_node=excluded,
     )
+
+
+def _range_inputs(graph: gs.Graph) -> list[gs.Tensor]:
+    return [t for g in all_graphs(graph) for n in g.nodes if is_onnx(n, "Range")
+            for t in n.inputs]
 
 
 def _shape_inputs(graph: gs.Graph) -> list[gs.Tensor]:
