@@ -58,3 +58,30 @@ def test_fold_reshape_targets_folds_a_chain_in_one_run():
     assert result.report.passes[0].counts == {
         "made Reshape targets computed from Shape constant": 2}
     assert [n.op_type for n in result.model.graph.node] == ["Reshape", "Reshape"]
+
+
+def test_fold_reshape_targets_sees_through_an_op_after_a_folded_reshape():
+    """The second target reads the shape of an Add after the first Reshape, known only
+    once the first target is folded and shapes are inferred again: one run must fold
+    both (a second run folded the other)."""
+    model = _model("""
+        <ir_version: 6, opset_import: ["" : 11]>
+        fuzz (float[1,1,1] x) => (float[1,1] y)
+        <int64[1] zero = {0}, int64[1] one = {1}, int64[1] rest = {-1}>
+        {
+           s1 = Shape (x)
+           l1 = Slice (s1, zero, one)
+           t1 = Concat <axis = 0> (l1, rest)
+           r1 = Reshape (x, t1)
+           a = Add (r1, r1)
+           s2 = Shape (a)
+           l2 = Slice (s2, zero, one)
+           t2 = Concat <axis = 0> (l2, rest)
+           y = Reshape (a, t2)
+        }
+    """)
+    check_pipeline(Drawn(model, None), "fold-reshape-targets")
+    result = api.run(model, "fold-reshape-targets")
+    assert result.report.passes[0].counts == {
+        "made Reshape targets computed from Shape constant": 2}
+    assert [n.op_type for n in result.model.graph.node] == ["Reshape", "Add", "Reshape"]

@@ -70,6 +70,10 @@ class Value:
     scalar: bool = False
 
 
+MAX_ROUNDS = 8
+"""Rounds of folding, with shape inference between them (see `run`)."""
+
+
 class FoldReshapeTargets(Pass):
     """Make Reshape targets computed from Shape() constants (0 = copy, one -1).
 
@@ -98,21 +102,31 @@ class FoldReshapeTargets(Pass):
             # the next Shape): without inference, a second run would fold what this one
             # could not see
             infer_shapes(graph)
-        for node in candidates:
-            target = _target(node, opset)
-            if isinstance(target, str):
-                result.notes.append(Note(node_label(node), target))
-                continue
-            if not ctx.allow_rewrite(self.name, f"{node_label(node)} target {target}"):
-                result.notes.append(Note(node_label(node), LIMIT_REACHED))
-                continue
-            name = fresh_name(f"{node.outputs[0].name}_shape", names)
-            node.inputs[1] = gs.Constant(name, np.array(target, dtype=np.int64))
-            result.counts["made Reshape targets computed from Shape constant"] += 1
-            out = node.outputs[0]
-            if out.shape is None:  # a later target may read it (nodes are in order)
-                out.shape = _reshaped(node.inputs[0].shape, target,
-                                      bool(node.attrs.get("allowzero", 0)))
+        pending = list(candidates)
+        for _ in range(MAX_ROUNDS):
+            refused: list[tuple[gs.Node, str]] = []
+            for node in pending:
+                target = _target(node, opset)
+                if isinstance(target, str):
+                    refused.append((node, target))
+                    continue
+                if not ctx.allow_rewrite(self.name, f"{node_label(node)} target {target}"):
+                    refused.append((node, LIMIT_REACHED))
+                    continue
+                name = fresh_name(f"{node.outputs[0].name}_shape", names)
+                node.inputs[1] = gs.Constant(name, np.array(target, dtype=np.int64))
+                result.counts["made Reshape targets computed from Shape constant"] += 1
+                out = node.outputs[0]
+                if out.shape is None:  # a later target may read it (nodes are in order)
+                    out.shape = _reshaped(node.inputs[0].shape, target,
+                                          bool(node.attrs.get("allowzero", 0)))
+            if len(refused) == len(pending) or not refused:
+                break
+            # a folded target gives its Reshape a static output, and the ops after it
+            # (an Add) theirs once inferred: a target left may read one of them
+            pending = [node for node, _ in refused]
+            infer_shapes(graph)
+        result.notes += [Note(node_label(node), why) for node, why in refused]
         result.changed = bool(result.counts)
         if not candidates:
             result.notes.append(Note("graph", "no Reshape with a computed target"))
