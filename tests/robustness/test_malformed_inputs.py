@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from graphfix.cli.app import app
 
 MEMORY_MB = 400
-COMMANDS = ("run", "doctor", "calibrate", "check", "plugins-match")
+COMMANDS = ("run", "doctor", "calibrate", "check", "plugins-match", "plugins-apply")
 REFUSED = 2
 FINDINGS = 1
 # (case, command) -> exit code, where it is not REFUSED, and why that is right.
@@ -46,7 +46,10 @@ EXPECTED = {
     ("negative input dim", "calibrate"): 0,
     ("negative input dim", "plugins-match"): 0,
 }
+EXPECTED.update({(case, "plugins-apply"): code for (case, cmd), code in list(EXPECTED.items())
+                 if cmd == "plugins-match"})  # an empty plan: apply reads what match does
 DATA_COMMANDS = ("run", "calibrate", "check")
+EMPTY_PLAN = "schema: graphfix.plugins-plan/1\nsubstitutions: []\n"
 runner = CliRunner()
 
 
@@ -58,7 +61,14 @@ def _arguments(command: str, files: Files, folder: Path, with_data: bool) -> lis
             "calibrate": ["calibrate", model, "--data", data, "-o", out],
             "check": ["check", model, model, *given],
             "plugins-match": ["plugins", "match", model, "-o", str(folder / "plan.yaml")],
+            "plugins-apply": ["plugins", "apply", model, _plan(folder), "-o", out],
             }[command] + files.args.get(command, [])
+
+
+def _plan(folder: Path) -> str:
+    path = folder / "empty-plan.yaml"
+    path.write_text(EMPTY_PLAN)
+    return str(path)
 
 
 def _hashes(folder: Path) -> dict[str, str]:
@@ -162,6 +172,9 @@ def _options_cases() -> dict[str, list[str]]:
         "--ranges onto --data": ["calibrate", "M", "--data", "D", "--ranges", "D"],
         "check --json onto the input": ["check", "M", "M", "--json", "M"],
         "plan onto the input": ["plugins", "match", "M", "-o", "M"],
+        "apply -o onto the plan": ["plugins", "apply", "M", "T/plan.yaml", "-o", "T/plan.yaml"],
+        "apply a plan that is not one": ["plugins", "apply", "M", "D", "-o", "T/o.onnx"],
+        "apply a missing plan": ["plugins", "apply", "M", "T/none.yaml", "-o", "T/o.onnx"],
         "--report in a missing folder": ["run", "M", "-o", "T/o.onnx", "--report",
                                          "T/nodir/r.json"],
         "--cache in a missing folder": ["calibrate", "M", "--data", "D", "-o", "T/q.onnx",
@@ -181,6 +194,7 @@ def test_a_bad_option_is_refused_before_any_work(case, tmp_path):
     model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
     (tmp_path / "dyn.onnx").write_bytes(model.SerializeToString())
     good_data(tmp_path)
+    (tmp_path / "plan.yaml").write_text(EMPTY_PLAN)
     names = {"M": tmp_path / "m.onnx", "D": tmp_path / "data.npz",
              "DYN": tmp_path / "dyn.onnx", "T": tmp_path}
     arguments = []
