@@ -21,6 +21,7 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import (
     all_graphs,
+    constant_value,
     fresh_name,
     is_onnx,
     names_in_use,
@@ -61,12 +62,9 @@ def shape_dims(node: gs.Node) -> list[int | None] | None:
 
 
 def _constant(t: gs.Tensor) -> np.ndarray | None:
-    if isinstance(t, gs.Constant):
-        return np.asarray(t.values)
-    if len(t.inputs) == 1 and t.inputs[0].op == "Constant" and "value" in t.inputs[0].attrs:
-        value = t.inputs[0].attrs["value"]
-        return np.asarray(value.values) if isinstance(value, gs.Constant) else None
-    return None
+    """The tensor's value when constant, read without caching (`constant_value`: gs's
+    caching read replaces the value object, which the manager counts as a change)."""
+    return constant_value(t)
 
 
 def _slice_indices(node: gs.Node, length: int) -> np.ndarray | None:
@@ -186,7 +184,7 @@ def _evaluate(node: gs.Node, top: gs.Graph) -> list | None:
     """The node's outputs computed by onnxruntime from its constant inputs, or None."""
     from graphfix.runtime.session import make_session
 
-    inputs = [gs.Constant(t.name, t.values) if t.name else gs.Variable.empty()
+    inputs = [gs.Constant(t.name, constant_value(t)) if t.name else gs.Variable.empty()
               for t in node.inputs]
     outputs = [gs.Variable(t.name or f"__unused_{i}") for i, t in enumerate(node.outputs)]
     one = gs.Node(node.op, node.name, dict(node.attrs), inputs, outputs, domain=node.domain)
@@ -263,7 +261,7 @@ def scalar_range_inputs(graph: gs.Graph) -> list[str]:
                     continue
                 name = fresh_name(f"{tensor.name}_scalar", names)
                 if isinstance(tensor, gs.Constant):
-                    node.inputs[i] = gs.Constant(name, np.asarray(tensor.values).reshape(()))
+                    node.inputs[i] = gs.Constant(name, constant_value(tensor).reshape(()))
                 else:
                     scalar = gs.Variable(name, dtype=tensor.dtype, shape=[])
                     empty = gs.Constant(fresh_name(f"{name}_shape", names),
