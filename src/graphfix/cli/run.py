@@ -141,6 +141,12 @@ def run_command(
             files.claim(out, "the output model", model=True,
                         replaces=model if in_place else None)
         files.claim(report, "--report")
+        if not bisect and any(spec.name == "split-nms" for spec in pipeline.pass_specs()):
+            from graphfix.nms.chain import split_paths
+
+            parts = split_paths(out)  # claimed now: a clash is found before any work
+            files.claim(parts.nms, "split-nms's NMS model", model=True)
+            files.claim(parts.manifest, "split-nms's manifest")
         ort_providers = provider_names(providers)  # a usage error before any work
         source = io.load(model, weights=False)  # large weights stay in their file
         shapes = dict(parse_input_shape(s) for s in input_shape or [])
