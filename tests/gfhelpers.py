@@ -20,6 +20,30 @@ def parse(text: str) -> onnx.ModelProto:
     return model
 
 
+def reshape_chain(*middle: str) -> onnx.ModelProto:
+    """x[1,1,1] -> Reshape to [N, -1] (target computed from Shape) -> `middle` ops (ONNX
+    text lines reading `r`, the last writing `m`; none: m is r) -> the same Reshape of m
+    -> y. The second target reads m's shape, which no value_info records."""
+    lines = list(middle) or ["m = Identity (r)"]
+    body = "\n".join(f"  {line}" for line in lines)
+    return parse(f"""
+        <ir_version: 6, opset_import: ["" : 11]>
+        chain (float[1,1,1] x) => (float[1,1] y)
+        <int64[1] zero = {{0}}, int64[1] one = {{1}}, int64[1] rest = {{-1}}>
+        {{
+          s1 = Shape (x)
+          l1 = Slice (s1, zero, one)
+          t1 = Concat <axis = 0> (l1, rest)
+          r = Reshape (x, t1)
+        {body}
+          s2 = Shape (m)
+          l2 = Slice (s2, zero, one)
+          t2 = Concat <axis = 0> (l2, rest)
+          y = Reshape (m, t2)
+        }}
+    """)
+
+
 def ops(model: onnx.ModelProto) -> list[str]:
     return [n.op_type for n in model.graph.node]
 

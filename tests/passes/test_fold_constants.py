@@ -1,5 +1,13 @@
 import numpy as np
-from gfhelpers import apply, assert_idempotent, assert_same_outputs, feeds_for, ops, parse
+from gfhelpers import (
+    apply,
+    assert_idempotent,
+    assert_same_outputs,
+    feeds_for,
+    ops,
+    parse,
+    reshape_chain,
+)
 
 from graphfix.passes.fold_constants import FoldConstants, FoldConstantsOptions
 
@@ -157,23 +165,7 @@ def run_model_outputs(model, feeds):
 def test_a_shape_known_only_after_a_folded_reshape_folds_in_the_same_run():
     """Found by tests/fuzz: the second Reshape's target reads the shape of q, known only
     once the first target is folded; one run must fold both (a second changes nothing)."""
-    model = parse("""
-        <ir_version: 6, opset_import: ["" : 11]>
-        f (float[1,1,1] x) => (float[1,1] y)
-        <int64[1] zero = {0}, int64[1] one = {1}, int64[1] rest = {-1}>
-        {
-          s1 = Shape (x)
-          l1 = Slice (s1, zero, one)
-          t1 = Concat <axis = 0> (l1, rest)
-          r = Reshape (x, t1)
-          q1 = Relu (r)
-          q = Relu (q1)
-          s2 = Shape (q)
-          l2 = Slice (s2, zero, one)
-          t2 = Concat <axis = 0> (l2, rest)
-          y = Reshape (q, t2)
-        }
-    """)
+    model = reshape_chain("q1 = Relu (r)", "m = Relu (q1)")
     out, result = apply(FoldConstants(), model)
     assert ops(out) == ["Reshape", "Relu", "Relu", "Reshape"]
     assert result.counts == {"folded nodes into constants": 6}
