@@ -20,8 +20,7 @@ import math
 import os
 import re
 import stat
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import PureWindowsPath
 from typing import BinaryIO
 
@@ -32,6 +31,7 @@ from onnx.external_data_helper import load_external_data_for_tensor
 
 from graphfix.errors import GraphfixError
 from graphfix.graph.wellformed import check_wellformed
+from graphfix.staging import Writer, publish, stage
 from graphfix.weights import all_tensors as _all_tensors
 from graphfix.weights import defer, deferrable, forget_dir, is_deferred
 
@@ -43,8 +43,6 @@ _PACKED_BITS = {"INT4": 4, "UINT4": 4, "FLOAT4E2M1": 4, "INT2": 2, "UINT2": 2,
                 "FLOAT6E2M3": 6, "FLOAT6E3M2": 6}
 _CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 13)) + b"\x7f"
 _REEXPORT = "re-export the model, or re-download it (it may be truncated)"
-Writer = Callable[[BinaryIO], object]
-"""Writes one output file's bytes into the open temporary file."""
 
 
 def load(path: str | os.PathLike, *, weights: bool = True) -> onnx.ModelProto:
@@ -413,72 +411,6 @@ def _commit(path: str, files: list[tuple[str, Writer]]) -> None:
     """Write each (target, writer) to a temp file beside it, then rename them onto their
     targets in order. Temp files are removed on any failure; OSError -> GraphfixError."""
     publish(stage(path, files))
-
-
-def stage(path: str, files: list[tuple[str, Writer]]) -> list[tuple[str, str]]:
-    """Write each (target, writer) to a temporary file beside its target (fsynced, with
-    the target's permissions): [(target, temporary)]. On any failure the temporaries
-    are removed; OSError -> GraphfixError naming `path`."""
-    staged: list[tuple[str, str]] = []
-    try:
-        for target, write in files:
-            directory, name = os.path.split(target)
-            fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + name + ".", suffix=".tmp")
-            staged.append((target, tmp))
-            with os.fdopen(fd, "wb") as f:
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, _file_mode(target))
-    except BaseException as e:
-        discard(staged)
-        if isinstance(e, OSError):
-            raise _write_error(path, e) from e
-        raise
-    return staged
-
-
-def publish(staged: list[tuple[str, str]]) -> None:
-    """Rename staged temporaries onto their targets in order and make the renames
-    durable; what is not yet renamed when one fails is removed."""
-    left = list(staged)
-    try:
-        for target, tmp in staged:
-            os.replace(tmp, target)
-            left.pop(0)
-    except OSError as e:
-        raise _write_error(left[0][0], e) from e
-    finally:
-        discard(left)
-    for directory in {os.path.dirname(target) for target, _ in staged}:
-        with contextlib.suppress(OSError):  # not possible on Windows
-            fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
-
-def discard(staged: list[tuple[str, str]]) -> None:
-    """Remove staged temporaries (never their targets)."""
-    for _, tmp in staged:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-
-
-def _write_error(path: str, e: OSError) -> GraphfixError:
-    return GraphfixError(f"Cannot write '{path}'", e.strerror or str(e), "free disk space "
-                         "or fix the directory's permissions, or write it somewhere else")
-
-
-def _file_mode(target: str) -> int:
-    """Keep an existing file's permissions; new files get the usual 0o666 & ~umask."""
-    try:
-        return stat.S_IMODE(os.stat(target).st_mode)
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
 
 
 def _same_file(a: str, b: str) -> bool:

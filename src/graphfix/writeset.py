@@ -28,7 +28,7 @@ from pathlib import Path
 
 import onnx
 
-from graphfix import io
+from graphfix import io, staging
 from graphfix.errors import GraphfixError
 from graphfix.weights import all_tensors
 
@@ -95,20 +95,20 @@ class WriteSet:
         """Rename every temporary onto its target, in the order they were written."""
         staged, self.staged = self.staged, []
         self.committed = True
-        io.publish(staged)
+        staging.publish(staged)
 
     def discard(self) -> None:
-        io.discard(self.staged)
+        staging.discard(self.staged)
         self.staged = []
 
-    def _stage(self, path: PathLike, files: list[tuple[str, io.Writer]]) -> str:
+    def _stage(self, path: PathLike, files: list[tuple[str, staging.Writer]]) -> str:
         keys = {_key(t) for t, _ in self.staged}
         for target, _ in files:
             if _key(target) in keys:
                 raise GraphfixError(f"'{target}' would be written twice by one command",
                                     "two outputs name the same file",
                                     "give each output its own path")
-        staged = io.stage(os.fspath(path), files)
+        staged = staging.stage(os.fspath(path), files)
         self.staged += staged
         return staged[-1][1]
 
