@@ -36,7 +36,14 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from graphfix.nms.onnxops import Emitter
+from graphfix.plugins.native_common import (
+    emitter_for,
+    inputs_of,
+    require,
+    require_opset,
+    scalar_attrs,
+)
+from graphfix.plugins.native_layout import flatten_concat, reorg, resize_nearest, split
 from graphfix.runtime.references import (
     PLUGIN_DOMAIN,
     Decompose,
@@ -47,42 +54,6 @@ from graphfix.runtime.references import (
 )
 
 FLOAT, FLOAT16, INT64 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.INT64
-
-
-def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
-    """Attributes with one-element lists read as scalars (exporters write INTS [1])."""
-    out = attributes(node)
-    for key, value in out.items():
-        if isinstance(value, (list, np.ndarray)) and np.size(value) == 1 and key not in (
-                "scales", "bias", "stride", "padding", "dilation", "split", "output_lengths"):
-            out[key] = np.asarray(value).ravel()[0].item()
-    return out
-
-
-def _need(attrs: dict[str, Any], names: tuple[str, ...], plugin: str) -> None:
-    if missing := [n for n in names if n not in attrs]:
-        raise Unavailable(f"{plugin} requires the attributes {', '.join(missing)} "
-                          "(its creator fails without them)")
-
-
-def _need_opset(opset: int, least: int, what: str) -> None:
-    if opset < least:
-        raise Unavailable(f"{what} needs ONNX opset >= {least}, the model imports {opset}: "
-                          f"convert it first (graphfix run --passes opset{{version={least}}})")
-
-
-def _inputs(node: onnx.NodeProto, counts: tuple[int, ...]) -> list[str]:
-    names = list(node.input)
-    while names and not names[-1]:
-        names.pop()
-    if len(names) not in counts or not all(names) or len(node.output) != 1:
-        raise Unavailable(f"{node.op_type} takes {' or '.join(map(str, counts))} inputs and "
-                          f"one output; this node has {len(names)} and {len(node.output)}")
-    return names
-
-
-def _emitter(node: onnx.NodeProto, opset: int) -> Emitter:
-    return Emitter(node.output[0], opset, node.name or node.output[0])
 
 
 # ----------------------------------------------------------------------------- normalization
@@ -128,18 +99,18 @@ def group_norm(node: onnx.NodeProto, opset: int) -> Decomposition:
     through InstanceNormalization (unit scale, zero bias), back to [N, C, -1], Mul, Add, and
     back to x's shape. The creator rejects eps <= 0 and num_groups <= 0; C not divisible
     by num_groups is garbage in the plugin and a Reshape error here."""
-    x, scale, bias = _inputs(node, (3,))
-    attrs = _attrs(node)
+    x, scale, bias = inputs_of(node, (3,))
+    attrs = scalar_attrs(node)
     eps, groups = float(attrs.get("eps", 1e-5)), int(attrs.get("num_groups", 1))
     if eps <= 0 or groups <= 0:
         raise Unavailable(f"the plugin rejects eps {eps:g} / num_groups {groups} "
                           "(both must be > 0)")
-    em = _emitter(node, opset)
+    em = emitter_for(node, opset)
     if opset >= 21:
         em.op("GroupNormalization", [x, scale, bias], node.output[0], epsilon=eps,
               num_groups=groups)
         return em.decomposition()
-    _need_opset(opset, 10, "the InstanceNormalization form of GroupNormalizationPlugin")
+    require_opset(opset, 10, "the InstanceNormalization form of GroupNormalizationPlugin")
     grouped = em.op("Reshape", [x, em.const([0, groups, -1])])
     normed = em.op("InstanceNormalization", [grouped, em.const(np.ones(groups), np.float32),
                                              em.const(np.zeros(groups), np.float32)],
@@ -163,9 +134,9 @@ def scatter_nd(node: onnx.NodeProto, opset: int) -> Decomposition:
     Not reproduced: negative or out-of-range indices (the plugin writes outside the tensor,
     ONNX wraps negatives or fails) and the order of duplicate indices (racy in the plugin,
     undefined in ONNX)."""
-    _need_opset(opset, 11, "ScatterND")
-    data, indices, updates = _inputs(node, (3,))
-    em = _emitter(node, opset)
+    require_opset(opset, 11, "ScatterND")
+    data, indices, updates = inputs_of(node, (3,))
+    em = emitter_for(node, opset)
     em.op("ScatterND", [data, em.op("Cast", [indices], to=INT64), updates], node.output[0])
     return em.decomposition()
 
@@ -181,9 +152,9 @@ def roi_align(node: onnx.NodeProto, opset: int) -> Decomposition:
     opset; the `opset` pass can). Not reproduced: a zero-size ROI with half_pixel and avg,
     where the plugin divides 0 by 0 (NaN) and onnxruntime gives 0; float16 data, which the
     plugin computes in half precision."""
-    _need_opset(opset, 10, "RoiAlign")
-    x, rois, batch = _inputs(node, (3,))
-    a = _attrs(node)
+    require_opset(opset, 10, "RoiAlign")
+    x, rois, batch = inputs_of(node, (3,))
+    a = scalar_attrs(node)
     aligned, mode = int(a.get("coordinate_transformation_mode", 1)), int(a.get("mode", 1))
     height, width = int(a.get("output_height", 1)), int(a.get("output_width", 1))
     ratio, scale = int(a.get("sampling_ratio", 0)), float(a.get("spatial_scale", 1.0))
@@ -191,13 +162,13 @@ def roi_align(node: onnx.NodeProto, opset: int) -> Decomposition:
             or scale <= 0:
         raise Unavailable("the plugin rejects these attribute values")
     if aligned:
-        _need_opset(opset, 16, "RoiAlign with coordinate_transformation_mode=1 (half_pixel)")
+        require_opset(opset, 16, "RoiAlign with coordinate_transformation_mode=1 (half_pixel)")
     kw: dict[str, Any] = {"mode": "avg" if mode else "max", "output_height": height,
                           "output_width": width, "sampling_ratio": ratio,
                           "spatial_scale": scale}
     if opset >= 16:
         kw["coordinate_transformation_mode"] = "half_pixel" if aligned else "output_half_pixel"
-    em = _emitter(node, opset)
+    em = emitter_for(node, opset)
     em.op("RoiAlign", [x, rois, em.op("Cast", [batch], to=INT64)], node.output[0], **kw)
     return em.decomposition()
 
@@ -213,10 +184,10 @@ def deform_conv(node: onnx.NodeProto, opset: int) -> Decomposition:
     The kernel launcher reads stride/padding/dilation as [W, H] while TensorRT's ONNX
     DeformConv importer passes ONNX's [H, W] to this same plugin, so an asymmetric value
     cannot keep the plugin's numbers in both onnxruntime and TensorRT: Unavailable."""
-    _need_opset(opset, 19, "DeformConv")
-    inputs = _inputs(node, (4, 5))
+    require_opset(opset, 19, "DeformConv")
+    inputs = inputs_of(node, (4, 5))
     a = attributes(node)
-    _need(a, ("stride", "padding", "dilation", "group", "deformable_group"), node.op_type)
+    require(a, ("stride", "padding", "dilation", "group", "deformable_group"), node.op_type)
     pairs = {k: [int(v) for v in np.ravel(a[k])] for k in ("stride", "padding", "dilation")}
     if any(len(v) != 2 for v in pairs.values()):
         raise Unavailable("stride, padding and dilation must have 2 values each")
@@ -229,7 +200,7 @@ def deform_conv(node: onnx.NodeProto, opset: int) -> Decomposition:
         raise Unavailable("the plugin rejects these attribute values")
     x, offset, mask, weight = inputs[:4]
     bias = inputs[4] if len(inputs) == 5 else ""
-    em = _emitter(node, opset)
+    em = emitter_for(node, opset)
     em.op("DeformConv", [x, weight, offset, bias, mask], node.output[0], strides=[stride] * 2,
           pads=[pad] * 4, dilations=[dilation] * 2, group=group, offset_group=offset_group)
     return em.decomposition()
@@ -245,11 +216,11 @@ def clip(node: onnx.NodeProto, opset: int) -> Decomposition:
     11-14, the min/max attributes below). Not reproduced: NaN inputs (the plugin writes
     clipMin) and, for float16, an x strictly between a bound and its float16 rounding (the
     plugin compares with the float32 bound)."""
-    _inputs(node, (1,))
-    a = _attrs(node)
-    _need(a, ("clipMin", "clipMax"), node.op_type)
+    inputs_of(node, (1,))
+    a = scalar_attrs(node)
+    require(a, ("clipMin", "clipMax"), node.op_type)
     low, high = float(a["clipMin"]), float(a["clipMax"])
-    em, x = _emitter(node, opset), node.input[0]
+    em, x = emitter_for(node, opset), node.input[0]
     if opset < 11:
         em.op("Clip", [x], node.output[0], min=low, max=high)
         return em.decomposition()
@@ -263,13 +234,13 @@ def clip(node: onnx.NodeProto, opset: int) -> Decomposition:
 def leaky_relu(node: onnx.NodeProto, opset: int) -> Decomposition:
     """LReLU_TRT {negSlope FLOAT, required, >= 0}: `x > 0 ? x : x * negSlope` (float32)
     -> LeakyRelu(alpha=negSlope), the same at 0 and for NaN."""
-    _inputs(node, (1,))
-    a = _attrs(node)
-    _need(a, ("negSlope",), node.op_type)
+    inputs_of(node, (1,))
+    a = scalar_attrs(node)
+    require(a, ("negSlope",), node.op_type)
     slope = float(a["negSlope"])
     if slope < 0:
         raise Unavailable(f"the plugin rejects negSlope {slope:g} (must be >= 0)")
-    em = _emitter(node, opset)
+    em = emitter_for(node, opset)
     em.op("LeakyRelu", [node.input[0]], node.output[0], alpha=slope)
     return em.decomposition()
 
@@ -283,13 +254,13 @@ def gelu(node: onnx.NodeProto, opset: int) -> Decomposition:
     plugin's order with constants of type_id's type. Unavailable: other type_ids (the
     plugin has no kernel) and a bias whose element size differs from type_id's (the plugin
     copies the bytes as type_id's type). float16 rounds per op here, per half2 op there."""
-    _inputs(node, (1,))
-    a = _attrs(node)
-    _need(a, ("type_id",), node.op_type)
+    inputs_of(node, (1,))
+    a = scalar_attrs(node)
+    require(a, ("type_id",), node.op_type)
     dtype = {0: np.float32, 1: np.float16}.get(int(a["type_id"]))
     if dtype is None:
         raise Unavailable(f"type_id {a['type_id']}: the plugin runs float32 (0) and float16 (1)")
-    em, x, y = _emitter(node, opset), node.input[0], node.output[0]
+    em, x, y = emitter_for(node, opset), node.input[0], node.output[0]
     src = x
     if "bias" in a:
         bias = np.asarray(a["bias"]) if isinstance(a["bias"], np.ndarray) \
@@ -313,105 +284,6 @@ def gelu(node: onnx.NodeProto, opset: int) -> Decomposition:
         em.op("Mul", [src, cdf], out)
     if src != x:
         em.op("Reshape", [out, em.op("Shape", [x])], y)
-    return em.decomposition()
-
-
-# ----------------------------------------------------------------------------- layout
-
-
-def resize_nearest(node: onnx.NodeProto, opset: int) -> Decomposition:
-    """ResizeNearest_TRT {scale FLOAT, required} on [N, C, H, W] (float32): output
-    [N, C, int(H * scale), int(W * scale)], `out[oy, ox] = in[int(oy / scale), int(ox /
-    scale)]` in float32 (maskRCNNKernels.cu) -> Resize(x, scales [1, 1, s, s], nearest,
-    asymmetric, floor), the same sizes and indices. 4-D only (the plugin's kernel reads
-    [C, H, W] per batch item; other ranks fail here at run time)."""
-    _need_opset(opset, 11, "Resize with coordinate_transformation_mode")
-    _inputs(node, (1,))
-    a = _attrs(node)
-    _need(a, ("scale",), node.op_type)
-    scale = float(a["scale"])
-    if scale <= 0:
-        raise Unavailable(f"scale {scale} gives an empty output")
-    em = _emitter(node, opset)
-    roi = em.const([], np.float32, "roi") if opset < 13 else ""
-    scales = em.const([1.0, 1.0, scale, scale], np.float32, "scales")
-    em.op("Resize", [node.input[0], roi, scales], node.output[0], mode="nearest",
-          coordinate_transformation_mode="asymmetric", nearest_mode="floor")
-    return em.decomposition()
-
-
-def split(node: onnx.NodeProto, opset: int) -> Decomposition:
-    """Split plugin (legacy): its creator has no fields and cannot build a plugin from a
-    node (getFieldNames and createPlugin are "not implemented"); older ONNX parsers made
-    it from ONNX Split, so the node's `axis` (INT, default 0) and lengths (`split` or the
-    constructor's `output_lengths`, INTS, one per output) are read as ONNX's. It copies
-    segments of `axis` -> Split. Not reproduced: the kernel multiplies its outer extent by
-    dim 0 once more (a leftover of implicit batch) and reads past its input when dim 0 > 1;
-    this form is the split it was meant to be."""
-    a = attributes(node)
-    lengths = a.get("split", a.get("output_lengths"))
-    if lengths is None or len(lengths) != len(node.output) or len(node.input) != 1 \
-            or not node.input[0]:
-        raise Unavailable("needs one input and split (or output_lengths) with one length "
-                          "per output")
-    axis = int(np.ravel(a.get("axis", 0))[0])
-    em = _emitter(node, opset)
-    if opset >= 13:
-        em.ops("Split", [node.input[0], em.const(list(lengths))], len(lengths),
-               list(node.output), axis=axis)
-    else:
-        em.ops("Split", [node.input[0]], len(lengths), list(node.output), axis=axis,
-               split=[int(v) for v in lengths])
-    return em.decomposition()
-
-
-_FLAT_SHAPE = {1: [0, -1, 1, 1], 2: [0, 1, -1, 1], 3: [0, 1, 1, -1]}
-
-
-def flatten_concat(node: onnx.NodeProto, opset: int) -> Decomposition:
-    """FlattenConcat_TRT(x0, x1, ...) {axis INT in 1..3, ignoreBatch INT, required}: per
-    batch item, each input's C*H*W values one after the other, in a [total, 1, 1] /
-    [1, total, 1] / [1, 1, total] item for axis 1 / 2 / 3 -> Flatten(axis=1) per input,
-    Concat(axis=1), Reshape. Not reproduced: axis 2 (3) with a first dim (first two dims)
-    other than 1, where the plugin copies each whole input once per leading index and
-    reads past it; ignoreBatch=1 with a batch > 1, where the plugin writes only item 0."""
-    a = _attrs(node)
-    _need(a, ("axis", "ignoreBatch"), node.op_type)
-    axis = int(a["axis"])
-    inputs = [i for i in node.input if i]
-    if axis not in _FLAT_SHAPE or not inputs or len(node.output) != 1:
-        raise Unavailable(f"the plugin takes axis 1, 2 or 3 (got {axis}) and one output")
-    em = _emitter(node, opset)
-    flats = [em.op("Flatten", [x], axis=1) for x in inputs]
-    joined = em.op("Concat", flats, axis=1)
-    em.op("Reshape", [joined, em.const(_FLAT_SHAPE[axis])], node.output[0])
-    return em.decomposition()
-
-
-def reorg(node: onnx.NodeProto, opset: int) -> Decomposition:
-    """Reorg_TRT v1/v2 {stride INT s, required, > 0}: darknet's reorg (blas.c reorg_cpu,
-    forward=0) on x [N, C, H, W]: the input's memory read as [N, C/s^2, H*s, W*s], its
-    space-to-depth written as [N, C, H, W] and returned as [N, C*s^2, H/s, W/s]. That is
-    `x.reshape(N, C/s^2, H, s, W, s).transpose(0, 3, 5, 1, 2, 4)` reshaped to the output:
-    not SpaceToDepth, which reshapes to [N, C, H/s, s, W/s, s]. H and W must be multiples
-    of s (the plugin asserts it) and C of s^2. Not reproduced: v2 declares a 3-D output
-    shape ([N*s^2, C/s, H/s]) in getOutputDimensions; this form has the shape of the
-    README and the kernel."""
-    _need_opset(opset, 10, "the Reorg form (Slice on a shape)")
-    _inputs(node, (1,))
-    a = _attrs(node)
-    _need(a, ("stride",), node.op_type)
-    s = int(a["stride"])
-    if s <= 0:
-        raise Unavailable(f"the plugin rejects stride {s}")
-    em, x = _emitter(node, opset), node.input[0]
-    shape = em.op("Shape", [x])
-    h, w = em.dim(shape, 2), em.dim(shape, 3)
-    six = em.op("Concat", [em.const([0, -1]), h, em.const([s]), w, em.const([s])], axis=0)
-    moved = em.op("Transpose", [em.op("Reshape", [x, six])], perm=[0, 3, 5, 1, 2, 4])
-    out = em.op("Concat", [em.const([0, -1]), em.op("Div", [h, em.const([s])]),
-                           em.op("Div", [w, em.const([s])])], axis=0)
-    em.op("Reshape", [moved, out], node.output[0])
     return em.decomposition()
 
 
