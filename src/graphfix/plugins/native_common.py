@@ -46,3 +46,14 @@ def inputs_of(node: onnx.NodeProto, counts: tuple[int, ...]) -> list[str]:
 
 def emitter_for(node: onnx.NodeProto, opset: int) -> Emitter:
     return Emitter(node.output[0], opset, node.name or node.output[0])
+
+
+def single_input_attribute(node: onnx.NodeProto, opset: int, least: int, what: str,
+                           name: str) -> Any:
+    """The required attribute `name` of a one-input, one-output plugin node whose form
+    needs opset `least` (for `what`); Unavailable says which condition fails."""
+    require_opset(opset, least, what)
+    inputs_of(node, (1,))
+    attrs = scalar_attrs(node)
+    require(attrs, (name,), node.op_type)
+    return attrs[name]

@@ -8,10 +8,9 @@ import onnx
 
 from graphfix.plugins.native_common import (
     emitter_for,
-    inputs_of,
     require,
-    require_opset,
     scalar_attrs,
+    single_input_attribute,
 )
 from graphfix.runtime.references import Decomposition, Unavailable, attributes
 
@@ -22,11 +21,8 @@ def resize_nearest(node: onnx.NodeProto, opset: int) -> Decomposition:
     scale)]` in float32 (maskRCNNKernels.cu) -> Resize(x, scales [1, 1, s, s], nearest,
     asymmetric, floor), the same sizes and indices. 4-D only (the plugin's kernel reads
     [C, H, W] per batch item; other ranks fail here at run time)."""
-    require_opset(opset, 11, "Resize with coordinate_transformation_mode")
-    inputs_of(node, (1,))
-    a = scalar_attrs(node)
-    require(a, ("scale",), node.op_type)
-    scale = float(a["scale"])
+    scale = float(single_input_attribute(node, opset, 11, "Resize with "
+                                         "coordinate_transformation_mode", "scale"))
     if scale <= 0:
         raise Unavailable(f"scale {scale} gives an empty output")
     em = emitter_for(node, opset)
@@ -94,11 +90,8 @@ def reorg(node: onnx.NodeProto, opset: int) -> Decomposition:
     of s (the plugin asserts it) and C of s^2. Not reproduced: v2 declares a 3-D output
     shape ([N*s^2, C/s, H/s]) in getOutputDimensions; this form has the shape of the
     README and the kernel."""
-    require_opset(opset, 10, "the Reorg form (Slice on a shape)")
-    inputs_of(node, (1,))
-    a = scalar_attrs(node)
-    require(a, ("stride",), node.op_type)
-    s = int(a["stride"])
+    s = int(single_input_attribute(node, opset, 10, "the Reorg form (Slice on a shape)",
+                                   "stride"))
     if s <= 0:
         raise Unavailable(f"the plugin rejects stride {s}")
     em, x = emitter_for(node, opset), node.input[0]
