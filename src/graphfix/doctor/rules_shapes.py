@@ -140,18 +140,23 @@ def int64_values(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
     if target.at_least("9.0"):
         return
     fact = "parser notes, INT64: " + str(parser_behaviour_notes().get("INT64", ""))
-    for name, tensor in view.initializers.items():
-        if tensor.data_type != TensorProto.INT64:
+    # initializers and Constant outputs alike: the verdict must not depend on how an
+    # exporter (or a pass) stored the constant
+    for name in [*view.initializers, *view.constant_nodes]:
+        tensor = view.initializers.get(name)
+        if tensor is not None and tensor.data_type != TensorProto.INT64:
             continue
         value = view.value(name)
-        if value is None or value.size == 0 or _only_slice_bounds(view, name):
+        if value is None or value.dtype != np.int64 or value.size == 0 or \
+                _only_slice_bounds(view, name):
             continue
         low, high = int(value.min()), int(value.max())
         if low < _INT32.min or high > _INT32.max:
             worst = high if high > _INT32.max else low
+            kind = "initializer" if tensor is not None else "Constant"
             yield Finding(
                 "int64-overflow", ERROR,
-                f"INT64 initializer '{name}' holds {worst}, outside INT32; TensorRT "
+                f"INT64 {kind} '{name}' holds {worst}, outside INT32; TensorRT "
                 f"{target.version} casts INT64 to INT32 and clamps it to +-INT_MAX",
                 tensors=(name,), fact=fact,
                 fix=("change the model so the value fits INT32 (large Slice ends: use "
