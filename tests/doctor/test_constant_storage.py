@@ -86,3 +86,20 @@ def test_an_int64_constant_outside_int32_is_an_error_however_stored(stored):
     m = model(nodes, [vi("x", TP.INT64, [2])], [vi("y", TP.INT64, [2])], inits)
     f = one(m, "8.6", "int64-overflow", only=["int64"])
     assert (f.severity, f.tensors) == ("error", ("big",)) and str(2**31 + 5) in f.message
+
+
+@pytest.mark.parametrize("stored", ["initializer", "Constant value"])
+def test_an_int64_max_nms_limit_is_no_overflow_however_stored(stored):
+    """The parser clamps max_output_boxes_per_class to INT32_MAX itself (nms_notes.md),
+    so torchvision's sys.maxsize keeps its meaning: no int64-overflow at 8.6."""
+    limit = numpy_helper.from_array(np.array([2**63 - 1], np.int64), "limit")
+    nms = helper.make_node("NonMaxSuppression", ["b", "s", "limit"], ["sel"], name="nms")
+    nodes, inits = [nms], [limit]
+    if stored == "Constant value":
+        nodes, inits = [helper.make_node("Constant", [], ["limit"], value=limit), nms], []
+    m = model(nodes, [vi("b", TP.FLOAT, [1, 10, 4]), vi("s", TP.FLOAT, [1, 1, 10])],
+              [vi("sel", TP.INT64, [None, 3])], inits)
+    assert "int64-overflow" not in {f.rule for f in findings(m, "8.6", only=["int64"])}
+    limit_as_add = model([helper.make_node("Add", ["x", "limit"], ["y"])],
+                         [vi("x", TP.INT64, [1])], [vi("y", TP.INT64, [1])], [limit])
+    assert one(limit_as_add, "8.6", "int64-overflow", only=["int64"]).tensors == ("limit",)

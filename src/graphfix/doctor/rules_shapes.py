@@ -125,13 +125,18 @@ def _bound_fix(op: str) -> str:
     return f"bound the number of selected elements after {op} (e.g. TopK with a constant K)"
 
 
-def _only_slice_bounds(view: ModelView, name: str) -> bool:
-    """Read only as Slice starts/ends: clamped to +-INT_MAX they still mean "from the
-    start"/"to the end" (every dimension is below 2**31), so clamping changes nothing."""
+def _clamping_keeps_meaning(view: ModelView, name: str) -> bool:
+    """Read only where clamping to +-INT_MAX keeps the meaning: Slice starts/ends ("from
+    the start"/"to the end": every dimension is below 2**31) and NonMaxSuppression's
+    max_output_boxes_per_class, which the parser clamps to INT32_MAX itself (nms_notes.md:
+    "so torchvision's sys.maxsize works")."""
     readers = view.consumers.get(name, [])
     return bool(readers) and all(
-        r.op == "Slice" and all(r.input(i) != name for i in (0, 3, 4))
-        and name in (r.input(1), r.input(2)) for r in readers)
+        (r.op == "Slice" and all(r.input(i) != name for i in (0, 3, 4))
+         and name in (r.input(1), r.input(2)))
+        or (r.op == "NonMaxSuppression" and r.input(2) == name
+            and name not in (r.input(0), r.input(1), r.input(3), r.input(4)))
+        for r in readers)
 
 
 def int64_values(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
@@ -148,7 +153,7 @@ def int64_values(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
             continue
         value = view.value(name)
         if value is None or value.dtype != np.int64 or value.size == 0 or \
-                _only_slice_bounds(view, name):
+                _clamping_keeps_meaning(view, name):
             continue
         low, high = int(value.min()), int(value.max())
         if low < _INT32.min or high > _INT32.max:
