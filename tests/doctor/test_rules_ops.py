@@ -52,6 +52,25 @@ def test_bool_input_to_an_op_listed_for_floats_only():
     assert f.fact == "matrix 10.16: NonZero supported types FP32, FP16"
 
 
+def test_before_9_int64_is_checked_as_the_int32_the_parser_makes_of_it():
+    """ReduceMin lists FP32/FP16 at 8.6: INT64 becomes INT32, which is not listed either,
+    so the finding says so and names a Cast (int64-to-int32 would change nothing);
+    with that Cast applied the finding is gone. 10.16 lists INT64."""
+    def reduce_min(cast: bool):
+        nodes = [helper.make_node("Cast", ["x"], ["xf"], to=TP.FLOAT, name="cast")] \
+            if cast else []
+        nodes.append(helper.make_node("ReduceMin", ["xf" if cast else "x"], ["y"],
+                                      keepdims=0, name="rmin"))
+        return model(nodes, [vi("x", TP.INT64, [3])],
+                     [vi("y", TP.FLOAT if cast else TP.INT64, [])])
+
+    f = one(reduce_min(False), "8.6", "dtype-unsupported", only=["dtypes"])
+    assert "INT64 (INT32 after the parser's cast)" in f.message
+    assert "Cast" in f.fix and "would not help" in f.fix
+    assert "dtype-unsupported" not in rule_ids(reduce_min(True), "8.6", only=["dtypes"])
+    assert "dtype-unsupported" not in rule_ids(reduce_min(False), "10.16", only=["dtypes"])
+
+
 def test_int64_is_cast_down_by_8_6_but_checked_from_9():
     m = model([helper.make_node("Equal", ["a", "b"], ["y"], name="eq")],
               [vi("a", TP.INT64, [3]), vi("b", TP.INT64, [3])], [vi("y", TP.BOOL, [3])])

@@ -99,8 +99,12 @@ def dtype_support(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
         type_name = TYPE_NAMES.get(view.elem_type(name)) if name else None
         if type_name is None or type_name in row.types:
             continue
-        if type_name == "INT64" and cast_int64 and "INT32" in row.types:
-            continue  # cast down by the parser; graphfix.doctor.rules_int64 covers overflow
+        if type_name == "INT64" and cast_int64:
+            # the parser casts INT64 down (rules_shapes.int64_values covers overflow): the
+            # node sees INT32, which is what the table must list
+            if "INT32" in row.types:
+                continue
+            type_name = "INT64 (INT32 after the parser's cast)"
         if type_name in ("INT8", "UINT8") and ref.op in ("QuantizeLinear", "DequantizeLinear"):
             continue
         grouped.setdefault((ref.op, type_name, ", ".join(row.types)), []).append(ref)
@@ -139,6 +143,9 @@ def _dtype_fix(type_name: str, op: str) -> str:
                 "(TensorRT quantizes biases itself; graphfix calibrate puts no Q/DQ on bias)")
     if type_name == "INT64":
         return "int64-to-int32 (where the values fit), or Cast to INT32 before this node"
+    if type_name.startswith("INT64 ("):  # TensorRT < 9: INT32 is not listed either
+        return (f"Cast the tensor to a type the table lists for {op} before this node "
+                "(int64-to-int32 would not help: the parser already casts to INT32)")
     if type_name in ("INT8", "UINT8"):
         return "quantize through QuantizeLinear/DequantizeLinear (graphfix calibrate)"
     return f"Cast the {type_name} tensor to a listed type before this node"
