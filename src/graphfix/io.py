@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import math
 import os
 import re
 import stat
@@ -32,15 +31,12 @@ from onnx.external_data_helper import load_external_data_for_tensor
 from graphfix.errors import GraphfixError
 from graphfix.graph.wellformed import check_wellformed
 from graphfix.staging import Writer, publish, stage
-from graphfix.weights import all_tensors as _all_tensors
-from graphfix.weights import defer, deferrable, forget_dir, is_deferred
+from graphfix.weights import all_tensors, defer, deferrable, forget_dir, is_deferred, tensor_nbytes
 
 _PROTOBUF_LIMIT = 2**31 - 1
 """Largest message protobuf serializes; bigger models must keep weights in external data."""
 _EXTERNAL_MIN_BYTES = 1024
 """Initializers smaller than this stay inside the .onnx file when saving external data."""
-_PACKED_BITS = {"INT4": 4, "UINT4": 4, "FLOAT4E2M1": 4, "INT2": 2, "UINT2": 2,
-                "FLOAT6E2M3": 6, "FLOAT6E3M2": 6}
 _CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 13)) + b"\x7f"
 _REEXPORT = "re-export the model, or re-download it (it may be truncated)"
 
@@ -79,10 +75,10 @@ def load(path: str | os.PathLike, *, weights: bool = True) -> onnx.ModelProto:
             raise _not_onnx(path, data, f"it is not an ONNX model: {problem}")
     check_wellformed(model, path)
     base_dir = os.path.dirname(os.path.abspath(path))
-    external = [t for t in _all_tensors(model) if t.data_location == TensorProto.EXTERNAL]
+    external = [t for t in all_tensors(model) if t.data_location == TensorProto.EXTERNAL]
     for tensor in external:  # all checks first: nothing is opened if any reference is bad
         info = {entry.key: entry.value for entry in tensor.external_data}
-        why, fix = _external_problem(base_dir, info, _tensor_nbytes(tensor))
+        why, fix = _external_problem(base_dir, info, tensor_nbytes(tensor))
         if why:
             raise GraphfixError(f"Cannot load '{path}'", f"tensor '{tensor.name}' keeps its "
                                 f"data in external file '{info.get('location', '')}', which "
@@ -141,7 +137,7 @@ def model_files(model: onnx.ModelProto, path: str | os.PathLike, *,
     order they must replace their targets (external data before the model that names
     it). Serializes the model (the part that can fail on the model) before returning."""
     path = os.fspath(path)
-    for tensor in _all_tensors(model):
+    for tensor in all_tensors(model):
         if tensor.data_location == TensorProto.EXTERNAL:
             raise GraphfixError(f"Cannot write '{path}'", f"tensor '{tensor.name}' still "
                                 "refers to external data that was never loaded", "load the "
@@ -172,7 +168,7 @@ def check_output_path(path: str | os.PathLike, *, input_path: str | os.PathLike 
     if not os.path.isdir(directory):
         raise GraphfixError(f"Cannot write '{path}'", f"its directory '{directory}' does not "
                             f"exist", f"create it first (mkdir -p '{directory}')")
-    if input_path is not None and not in_place and _same_file(target, os.fspath(input_path)):
+    if input_path is not None and not in_place and same_file(target, os.fspath(input_path)):
         raise GraphfixError(f"Refusing to overwrite the input model '{os.fspath(input_path)}'",
                             f"the output '{path}' is the input file, and graphfix never "
                             "modifies its input unless asked", "choose another output "
@@ -337,20 +333,7 @@ def _initializer_bytes_lower_bound(model: onnx.ModelProto) -> int:
     """Bytes of the main graph's raw initializers, from their shapes (no data is copied:
     in protobuf's upb backend ByteSize() serializes the whole model, and fails over 2 GB)."""
     tensors = (t for t in model.graph.initializer if t.HasField("raw_data"))
-    return sum(_tensor_nbytes(t) or 0 for t in tensors)
-
-
-def _tensor_nbytes(tensor: TensorProto) -> int | None:
-    """Bytes of the tensor's raw data by its shape and type; None where that is unknown."""
-    if tensor.data_type == TensorProto.STRING or tensor.HasField("segment"):
-        return None
-    try:
-        name = TensorProto.DataType.Name(tensor.data_type)
-        bits = _PACKED_BITS.get(name) or 8 * onnx.helper.tensor_dtype_to_np_dtype(
-            tensor.data_type).itemsize
-    except (KeyError, ValueError, TypeError):
-        return None
-    return (math.prod(tensor.dims) * bits + 7) // 8
+    return sum(tensor_nbytes(t) or 0 for t in tensors)
 
 
 def _serialize(model: onnx.ModelProto, ir: int) -> bytes | None:
@@ -413,7 +396,8 @@ def _commit(path: str, files: list[tuple[str, Writer]]) -> None:
     publish(stage(path, files))
 
 
-def _same_file(a: str, b: str) -> bool:
+def same_file(a: str, b: str) -> bool:
+    """Same file by inode when both exist, else by resolved path."""
     if os.path.exists(a) and os.path.exists(b):
         with contextlib.suppress(OSError):
             return os.path.samefile(a, b)

@@ -52,9 +52,26 @@ _PLAIN = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
                     TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32,
                     TensorProto.UINT64, TensorProto.BOOL})
 """Types whose raw data is numpy's own little-endian layout (read with np.fromfile)."""
+PACKED_BITS = {getattr(TensorProto, name): bits for name, bits in (
+    ("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2),
+    ("FLOAT6E2M3", 6), ("FLOAT6E3M2", 6)) if hasattr(TensorProto, name)}
+"""Bits per element of the types ONNX packs below a byte (onnx >= 1.20 has INT2/FLOAT6)."""
 _A = AttributeProto
 _RARE_HOLDERS = frozenset({_A.UNDEFINED, _A.TENSORS, _A.SPARSE_TENSOR, _A.SPARSE_TENSORS,
                            _A.GRAPHS})
+
+
+def tensor_nbytes(tensor: TensorProto) -> int | None:
+    """Bytes of the tensor's raw data by its shape and type; None where that is unknown
+    (strings, segments, a type numpy has no dtype for)."""
+    if tensor.data_type == TensorProto.STRING or tensor.HasField("segment"):
+        return None
+    try:
+        bits = PACKED_BITS.get(tensor.data_type) or 8 * onnx.helper.tensor_dtype_to_np_dtype(
+            tensor.data_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        return None
+    return (math.prod(tensor.dims) * bits + 7) // 8
 
 
 # --- deferring (io.load) -----------------------------------------------------------------

@@ -114,7 +114,7 @@ class WriteSet:
 
     def _against_inputs(self, target: str, what: str, replaces: PathLike | None) -> None:
         for given in self.given:
-            if replaces is not None and _same(os.fspath(replaces), os.fspath(given.path)):
+            if replaces is not None and io.same_file(os.fspath(replaces), os.fspath(given.path)):
                 continue
             clash = _clash(target, given)
             if clash:
@@ -133,7 +133,7 @@ def _clash(target: str, given: Given) -> str:
             return (f"it lies inside {given.what} '{source}', a folder graphfix reads (a new "
                     "file there would change what the next run reads)")
         return ""
-    if _same(target, source):
+    if io.same_file(target, source):
         return f"it is {given.what} '{source}'"
     if given.model and target_is_external_data(source, target):
         return f"it holds the external data of {given.what} '{source}'"
@@ -165,20 +165,11 @@ def target_is_external_data(model_path: str, target: str) -> bool:
     wanted = os.path.realpath(target)
     for tensor in all_tensors(proto):
         for entry in tensor.external_data:
-            if entry.key == "location" and _same(os.path.join(directory, entry.value), wanted):
+            location = os.path.join(directory, entry.value)
+            if entry.key == "location" and io.same_file(location, wanted):
                 return True
     return False
 
 
 def _key(path: str) -> str:
     return os.path.normcase(os.path.realpath(path))
-
-
-def _same(a: str, b: str) -> bool:
-    """Same file by inode when both exist, else by resolved path."""
-    try:
-        if os.path.exists(a) and os.path.exists(b):
-            return os.path.samefile(a, b)
-    except OSError:
-        pass
-    return _key(a) == _key(b)

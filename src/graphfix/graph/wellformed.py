@@ -32,6 +32,7 @@ from onnx import TensorProto
 
 from graphfix.errors import GraphfixError
 from graphfix.graph.protos import proto_label, subgraphs
+from graphfix.weights import PACKED_BITS, tensor_nbytes
 
 _REEXPORT = "re-export the model from its framework; if it was edited by a script, fix " \
             "the script"
@@ -160,9 +161,7 @@ def tensor_data_problem(tensor: TensorProto) -> str:
     if tensor.HasField("raw_data"):
         if tensor.data_type == TensorProto.STRING:
             return "is a string tensor with raw_data, which ONNX does not allow"
-        bits = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize * 8 \
-            if tensor.data_type not in _PACKED else _PACKED[tensor.data_type]
-        need = (count * bits + 7) // 8
+        need = tensor_nbytes(tensor)
         have = len(tensor.raw_data)
         if have != need:
             return (f"declares dims {list(tensor.dims)} ({count} elements, {need} bytes) "
@@ -171,17 +170,12 @@ def tensor_data_problem(tensor: TensorProto) -> str:
     field, per = _FIELDS.get(tensor.data_type, ("int32_data", 1))
     have = len(getattr(tensor, field))
     need = count * per
-    if tensor.data_type in _PACKED:  # packed into int32_data, one byte per entry
-        need = math.ceil(count * _PACKED[tensor.data_type] / 8)
+    if tensor.data_type in PACKED_BITS:  # packed into int32_data, one byte per entry
+        need = tensor_nbytes(tensor)
     if have != need:
         return (f"declares dims {list(tensor.dims)} ({count} elements) but holds {have} "
                 f"values in {field}")
     return ""
-
-
-_PACKED = {getattr(TensorProto, name): bits for name, bits in (
-    ("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
-    if hasattr(TensorProto, name)}
 
 
 def _scope_problem(graph: onnx.GraphProto, outer: frozenset[str], path: tuple[str, ...]

@@ -195,13 +195,6 @@ def _session_class(base: type) -> type:
     return GraphfixSession
 
 
-_PACKED_BITS = {onnx.TensorProto.INT4: 4, onnx.TensorProto.UINT4: 4,
-                onnx.TensorProto.FLOAT4E2M1: 4}
-for _name in ("INT2", "UINT2"):  # onnx >= 1.20
-    if hasattr(onnx.TensorProto, _name):
-        _PACKED_BITS[getattr(onnx.TensorProto, _name)] = 2
-
-
 def ort_feeds(feeds: Mapping[str, object]) -> dict[str, object]:
     """`feeds` as onnxruntime takes them: numpy arrays of numpy's own dtypes (strings as
     object arrays) as they are, ml_dtypes arrays as OrtValues (module docstring)."""
@@ -222,7 +215,7 @@ def _ort_value(arr: np.ndarray):
     elem = helper.np_dtype_to_tensor_dtype(arr.dtype)
     value = ort.OrtValue.ortvalue_from_shape_and_type(list(arr.shape), elem)
     raw = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
-    bits = _PACKED_BITS.get(elem)
+    bits = weights.PACKED_BITS.get(elem)
     if bits:  # onnxruntime stores 8 // bits elements per byte, the first in the low bits
         per = 8 // bits
         raw = np.concatenate([raw & ((1 << bits) - 1),
