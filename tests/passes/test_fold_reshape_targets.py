@@ -151,3 +151,44 @@ def test_constant_targets_are_not_candidates():
     model = parse(header() + """
     g (float[2,3] x) => (float[6] y) <int64[1] t = {6}> { y = Reshape(x, t) }""")
     assert_skips(FoldReshapeTargets(), model, "graph", "no Reshape with a computed target")
+
+
+def test_target_rebuilt_from_every_dim_of_another_tensor_becomes_its_shape():
+    # torch `x.reshape(t.shape)` with dynamic axes: a Gather + Unsqueeze per dimension
+    model = parse(header() + """
+    g (float[N,M,4] x, float[A,B,C] t) => (float[A,B,C] y)
+      <int64 i0 = {0}, int64 i1 = {1}, int64 i2 = {2}, int64[1] ax = {0}> {
+        s = Shape(t)
+        d0 = Gather<axis=0>(s, i0)
+        d1 = Gather<axis=0>(s, i1)
+        d2 = Gather<axis=0>(s, i2)
+        u0 = Unsqueeze(d0, ax)
+        u1 = Unsqueeze(d1, ax)
+        u2 = Unsqueeze(d2, ax)
+        target = Concat<axis=0>(u0, u1, u2)
+        y = Reshape(x, target)
+    }""")
+    rng = np.random.default_rng(0)
+    feed = {"x": rng.standard_normal((2, 3, 4)).astype(np.float32),
+            "t": rng.standard_normal((4, 3, 2)).astype(np.float32)}
+    out = assert_rewrites(FoldReshapeTargets(), model, ["Shape", "Reshape"],
+                          {"made Reshape targets the Shape of a tensor": 1}, [feed])
+    shape_node, reshape = out.graph.node
+    assert list(shape_node.input) == ["t"] and reshape.input[1] == shape_node.output[0]
+
+
+def test_a_partial_or_reordered_shape_of_another_tensor_stays():
+    model = parse(header() + """
+    g (float[N,M] x, float[A,B] t) => (float[?,?] y)
+      <int64 i0 = {0}, int64 i1 = {1}, int64[1] ax = {0}> {
+        s = Shape(t)
+        d0 = Gather<axis=0>(s, i0)
+        d1 = Gather<axis=0>(s, i1)
+        u0 = Unsqueeze(d0, ax)
+        u1 = Unsqueeze(d1, ax)
+        target = Concat<axis=0>(u1, u0)
+        y = Reshape(x, target)
+    }""")
+    assert_skips(FoldReshapeTargets(), model, "Reshape 'y'",
+                 "its target copies dimensions not known statically (dim 1 of 't', "
+                 "dim 0 of 't') that neither 0 nor a single -1 can express")

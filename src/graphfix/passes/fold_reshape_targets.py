@@ -14,6 +14,14 @@ The target is evaluated element by element: each entry is a known integer or
 - for exactly one entry, any other dimension, written -1, when every other entry
   is a positive integer (then -1 can only mean that size).
 
+When it cannot become a constant but every entry is dimension i of one tensor T at
+position i, for all of T's dimensions, the target is T's shape: it becomes one
+`Shape(T)` node (PyTorch's `x.reshape(y.shape)` with dynamic axes is exported as a
+Gather + Unsqueeze per dimension and a Concat)::
+
+    Reshape(x, Concat(Unsqueeze(Gather(Shape(t), 0)), ..., Unsqueeze(Gather(Shape(t), 2))))
+        ->  Reshape(x, Shape(t))
+
 TensorRT then sees a static reshape instead of a shape-tensor computation, the
 Shape/Slice/Cast/Concat nodes go with the next cleanup, and the output rank is
 known (so MatMul + Add can become a Gemm in `fuse-conv-bias`).
@@ -93,6 +101,7 @@ class FoldReshapeTargets(Pass):
         result = PassResult(changed=False)
         opset = opset_of(graph)
         names = names_in_use(graph)
+        owner = {id(node): g for g in all_graphs(graph) for node in g.nodes}
         candidates = [node for g in all_graphs(graph) for node in g.nodes
                       if is_onnx(node, "Reshape") and len(node.inputs) >= 2
                       and constant_value(node.inputs[1]) is None]
@@ -107,6 +116,14 @@ class FoldReshapeTargets(Pass):
             refused: list[tuple[gs.Node, str]] = []
             for node in pending:
                 target = _target(node, opset)
+                if isinstance(target, gs.Tensor):
+                    if not ctx.allow_rewrite(self.name, f"{node_label(node)} target "
+                                             f"Shape({target.name})"):
+                        refused.append((node, LIMIT_REACHED))
+                        continue
+                    node.inputs[1] = _shape_of(target, owner[id(node)], owner, names)
+                    result.counts["made Reshape targets the Shape of a tensor"] += 1
+                    continue
                 if isinstance(target, str):
                     refused.append((node, target))
                     continue
@@ -133,8 +150,8 @@ class FoldReshapeTargets(Pass):
         return result
 
 
-def _target(node: gs.Node, opset: int) -> list[int] | str:
-    """The constant target for `node`, or why there is none."""
+def _target(node: gs.Node, opset: int) -> list[int] | gs.Tensor | str:
+    """The constant target for `node`, the tensor whose shape it is, or why neither."""
     value = evaluate(node.inputs[1], opset)
     if isinstance(value, str):
         return f"its target is not static: {value}"
@@ -155,11 +172,58 @@ def _target(node: gs.Node, opset: int) -> list[int] | str:
     if len(free) == 1 and all(t > 0 for t in others):
         target[free[0]] = -1
         return [int(t) for t in target]
+    whole = _whole_shape_of(value)
+    if whole is not None:
+        if _is_whole_shape(node.inputs[1]):
+            return f"its target already is the shape of '{whole.name}'"
+        return whole
     return (
         "its target copies dimensions not known statically "
         f"({', '.join(_describe(value.entries[i]) for i in free)}) that neither 0 nor a "
         "single -1 can express"
     )
+
+
+def _whole_shape_of(value: Value) -> gs.Tensor | None:
+    """The tensor T when `value` is exactly T's shape (dimension i at position i, for
+    every dimension of T, at least one of them not known statically)."""
+    dims = [e for e in value.entries if isinstance(e, Dim)]
+    if not dims or value.scalar:
+        return None
+    tensor = dims[0].tensor
+    shape = tensor.shape
+    if shape is None or len(shape) != len(value.entries):
+        return None
+    for i, entry in enumerate(value.entries):
+        if isinstance(entry, Dim):
+            if entry.tensor is not tensor or entry.axis != i:
+                return None
+        elif entry != shape[i]:
+            return None
+    return tensor
+
+
+def _is_whole_shape(tensor: gs.Tensor) -> bool:
+    """Whether `tensor` is written by Shape() of a whole tensor."""
+    return (len(tensor.inputs) == 1 and is_onnx(tensor.inputs[0], "Shape")
+            and not tensor.inputs[0].attrs.get("start")
+            and tensor.inputs[0].attrs.get("end") is None)
+
+
+def _shape_of(tensor: gs.Tensor, graph: gs.Graph, owner: dict[int, gs.Graph],
+              names: set[str]) -> gs.Variable:
+    """A Shape(tensor) output readable in `graph`: an existing whole-shape Shape node of
+    that graph, or a new one placed there (the manager orders nodes before export)."""
+    for node in tensor.outputs:
+        if node.outputs and _is_whole_shape(node.outputs[0]) and owner.get(id(node)) is graph:
+            return node.outputs[0]
+    out = gs.Variable(fresh_name(f"{tensor.name}_shape", names), np.int64,
+                      [len(tensor.shape)])
+    node = gs.Node("Shape", fresh_name(f"{tensor.name}_Shape", names),
+                   inputs=[tensor], outputs=[out])
+    graph.nodes.append(node)
+    owner[id(node)] = graph
+    return out
 
 
 def _reshaped(shape, target: list[int], allowzero: bool) -> list[int] | None:
