@@ -204,13 +204,15 @@ class _Runner:
 
     def rounds(self, name: str, steps: list[tuple[str, Pass]], max_rounds: int) -> None:
         for round_ in range(1, max_rounds + 1):
-            applied = [self.step(spec, p, name, round_).status == APPLIED for spec, p in steps]
+            applied = [spec for spec, p in steps
+                       if self.step(spec, p, name, round_).status == APPLIED]
             self.rounds_run[name] = round_
-            if not any(applied):
+            if not applied:
                 return
         self.notes.append(
-            f"{name} still changed the graph in round {max_rounds}, its last; "
-            "running it again may simplify further"
+            f"{name} did not reach a fixed point: round {max_rounds}, its safety bound, "
+            f"still changed the graph ({', '.join(dict.fromkeys(applied))} applied); "
+            "passes may be undoing each other's work, please report it"
         )
 
     def finish(self, pipeline: str) -> tuple[onnx.ModelProto, Report]:
