@@ -76,3 +76,18 @@ def test_inside_if_branches():
     x = np.random.default_rng(0).standard_normal(3).astype(np.float32)
     for cond in (True, False):
         assert_same_outputs(model, out, {"c": np.array(cond), "x": x}, rtol=0, atol=0)
+
+
+def test_constants_equal_in_value_but_not_rank_stay_apart():
+    # silero_vad: Constant {1} as a scalar and as [1] feed Gathers whose outputs differ in
+    # rank; merging them left a graph whose shape inference fails
+    model = parse(HEADER + """
+    g (float[4,3] x) => (float[3] y, float[1,3] z) {
+        i0 = Constant <value = int64 {1}> ()
+        i1 = Constant <value = int64[1] {1}> ()
+        y = Gather <axis = 0> (x, i0)
+        z = Gather <axis = 0> (x, i1)
+    }""")
+    out, result = apply(MergeDuplicates(), model)
+    assert not result.changed
+    assert ops(out) == ["Constant", "Constant", "Gather", "Gather"]

@@ -94,8 +94,11 @@ def _attr_key(value: Any) -> Any:
     if isinstance(value, gs.Constant):
         value = value._values.load() if hasattr(value._values, "load") else value._values
     if isinstance(value, np.ndarray):
+        # value.shape, not the contiguous copy's: np.ascontiguousarray makes 0-D arrays 1-D,
+        # and a scalar index and a [1] index give Gather outputs of different ranks
         data = np.ascontiguousarray(value)
-        return ("array", data.dtype.str, data.shape, hashlib.blake2b(data.tobytes()).hexdigest())
+        return ("array", value.dtype.str, value.shape,
+                hashlib.blake2b(data.tobytes()).hexdigest())
     if isinstance(value, (list, tuple)):
         keys = [_attr_key(v) for v in value]
         return None if any(k is None for k in keys) else ("list", tuple(keys))
