@@ -63,12 +63,13 @@ def test_neutral_constant_writing_a_graph_output_keeps_the_name():
     "a = Sub(zero, x)",        # 0 - x is -x
     "a = Div(one, x)",         # 1 / x
     "a = Mul(x, two)",         # not neutral
-    "a = Add(x, zeros3)",      # more than one element: not a candidate at all
+    "a = Add(x, halves3)",     # not neutral in every element
 ])
 def test_non_neutral_arithmetic_is_not_a_candidate(body):
     model = parse(header() + f"""
     g (float[3] x) => (float[3] y)
-      <float zero = {{0}}, float one = {{1}}, float two = {{2}}, float[3] zeros3 = {{0, 0, 0}}> {{
+      <float zero = {{0}}, float one = {{1}}, float two = {{2}},
+       float[3] halves3 = {{0, 0.5, 0}}> {{
         {body}
         y = Relu(a)
     }}""")
@@ -79,6 +80,34 @@ def test_non_neutral_arithmetic_is_not_a_candidate(body):
         "no Identity, inference Dropout, Cast, Reshape, Expand, Transpose, Unsqueeze or "
         "Squeeze pair, Concat, Split, Slice, Pad or Add/Sub/Mul/Div of a constant"
     ]
+
+
+def test_zero_bias_vector_goes():
+    # a Linear layer's bias initialized to zeros (torchvision's ConvNeXt, ViT heads)
+    model = parse(header() + """
+    g (float[N,4,3] x) => (float[N,4,3] y) <float[3] zeros = {0, 0, 0},
+                                            float[4,1] ones = {1, 1, 1, 1}> {
+        a = Add(x, zeros)
+        m = Mul(ones, a)
+        y = Relu(m)
+    }""")
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 4, 3)).astype(np.float32)}
+    assert_removes(model, ["Relu"], {"removed Add of the neutral constant 0": 1,
+                                     "removed Mul of the neutral constant 1": 1}, [feeds])
+
+
+@pytest.mark.parametrize(("x", "reason"), [
+    ("float[N,1] x", "its constant broadcasts axis 1 from 1 to 3"),
+    ("float[N,M] x", "shape unknown: its constant has 3 on axis 1, which may broadcast "
+                     "the input's M"),
+])
+def test_neutral_vector_that_may_broadcast_the_input_stays(x, reason):
+    model = parse(header() + f"""
+    g ({x}) => (float[N,3] y) <float[3] zeros = {{0, 0, 0}}> {{
+        a = Add(x, zeros)
+        y = Relu(a)
+    }}""")
+    assert_kept(model, "Add 'a'", reason)
 
 
 def test_neutral_constant_that_adds_dimensions_stays():

@@ -95,37 +95,54 @@ def split(node: gs.Node, view: View) -> Plan | None:
 
 _NEUTRAL = {"Add": 0, "Sub": 0, "Mul": 1, "Div": 1}
 
+MAX_NEUTRAL_ELEMENTS = 1 << 16
+"""Largest constant read to see whether every element is neutral (a bias vector or a
+LayerScale; a zero-initialized Linear bias in an export with random weights is common)."""
+
 
 def arithmetic(node: gs.Node, view: View) -> Plan | str | None:
-    """x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 -> x, when the constant cannot broadcast x
-    to a larger shape. (x + 0 turns -0.0 into +0.0: equal as numbers; onnxruntime's own
-    NoopElimination makes the same trade.)"""
+    """x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 -> x, every element of the constant neutral,
+    when the constant cannot broadcast x to a larger shape. (x + 0 turns -0.0 into +0.0:
+    equal as numbers; onnxruntime's own NoopElimination makes the same trade.)"""
     if len(node.inputs) != 2:
         return None
     neutral = _NEUTRAL[node.op]
     orders = [(0, 1), (1, 0)] if node.op in ("Add", "Mul") else [(0, 1)]
-    found = [(node.inputs[i], node.inputs[j]) for i, j in orders
-             if _one_element_shape(node.inputs[j]) is not None]
+    found = [(node.inputs[i], node.inputs[j], shape) for i, j in orders
+             if (shape := _small_constant_shape(node.inputs[j])) is not None]
     if not found:
-        return None  # no constant of one element: not a candidate
-    x, c = found[0]
-    shape = _one_element_shape(c)
+        return None  # no small constant: not a candidate
+    x, c, shape = found[0]
     value = constant_value(c)
     if value is None or not np.all(value == neutral):
         return None
+    return _broadcast_refusal(x, shape) or Plan(
+        f"removed {node.op} of the neutral constant {neutral}", source=x)
+
+
+def _broadcast_refusal(x: gs.Tensor, shape: list[int]) -> str | None:
+    """Why a constant of `shape` may broadcast `x` to a larger shape, None if it cannot."""
+    if not shape:
+        return None
     rank = rank_of(x)
-    if len(shape) > 0 and (rank is None or rank < len(shape)):
+    if rank is None or rank < len(shape):
         return (
             f"shape unknown: its constant of rank {len(shape)} may add dimensions "
             "to an input of unknown rank" if rank is None
             else f"its constant of rank {len(shape)} adds dimensions to an input of rank {rank}"
         )
-    return Plan(f"removed {node.op} of the neutral constant {neutral}", source=x)
+    dims = list(x.shape)[rank - len(shape):]
+    for axis, (dim, size) in enumerate(zip(dims, shape, strict=True), rank - len(shape)):
+        if size != 1 and dim != size:
+            return (f"shape unknown: its constant has {size} on axis {axis}, which may "
+                    f"broadcast the input's {dim}" if not isinstance(dim, int)
+                    else f"its constant broadcasts axis {axis} from {dim} to {size}")
+    return None
 
 
-def _one_element_shape(tensor: gs.Tensor) -> list[int] | None:
-    """The shape of a constant with exactly one element, else None (loads nothing
-    bigger than that element)."""
+def _small_constant_shape(tensor: gs.Tensor) -> list[int] | None:
+    """The shape of a constant of at most MAX_NEUTRAL_ELEMENTS elements, else None
+    (loads nothing to find out)."""
     if isinstance(tensor, gs.Constant):
         shape = list(tensor.shape)
     else:
@@ -136,7 +153,7 @@ def _one_element_shape(tensor: gs.Tensor) -> list[int] | None:
         if value is None:
             return None
         shape = list(value.shape)
-    return shape if int(np.prod(shape, dtype=np.int64)) == 1 else None
+    return shape if int(np.prod(shape, dtype=np.int64)) <= MAX_NEUTRAL_ELEMENTS else None
 
 
 def concat(node: gs.Node, view: View) -> Plan | None:

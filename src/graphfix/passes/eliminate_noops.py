@@ -16,8 +16,10 @@ Each rule, with x the first input and y the output::
     Concat(x), Split(x) (one output) -> x
     Slice(x, whole range, step 1)    -> x
     Pad(x, pads=0)                   -> x          (any mode)
-    x + 0, x - 0, x * 1, x / 1       -> x          when the constant has one element and
-                                                  no more dimensions than x
+    x + 0, x - 0, x * 1, x / 1       -> x          when every element of the constant (at
+                                                  most 65,536) is 0 (1) and it cannot
+                                                  broadcast x to a larger shape: no more
+                                                  dimensions than x, each 1 or x's size
 
 These sit between a Conv and its activation in exported graphs and stop TensorRT
 from fusing them (DESIGN.md, "TensorRT fuses Conv+bias+ReLU itself, but only when
