@@ -207,3 +207,30 @@ def test_an_inlined_if_that_feeds_range_a_1_element_tensor_gets_a_scalar():
         feeds = {"x": np.zeros((2, n), np.float32)}
         assert_same_outputs(model, out, feeds, rtol=0, atol=0)
     assert_idempotent(FoldConstants(), out)
+
+
+def test_constant_nodes_alone_become_initializers():
+    # mobilenet_v2 after fold-bn: the Clip bounds are the only constants left, as
+    # Constant nodes; nothing else to fold must not keep them as nodes
+    model = parse(HEADER + """
+    g (float[2,3] x) => (float[2,3] y) {
+        lo = Constant <value = float {0}> ()
+        hi = Constant <value = float {6}> ()
+        y = Clip(x, lo, hi)
+    }""")
+    out, result = apply(FoldConstants(), model)
+    assert ops(out) == ["Clip"]
+    assert dict(result.counts) == {"folded nodes into constants": 2}
+    assert sorted(i.name for i in out.graph.initializer) == ["hi", "lo"]
+    assert_same_outputs(model, out, feeds_for(model), rtol=0, atol=0)
+    assert_idempotent(FoldConstants(), out)
+
+
+def test_a_constant_node_writing_a_graph_output_stays():
+    model = parse(HEADER + """
+    g (float[2] x) => (float[2] y, float c) {
+        c = Constant <value = float {6}> ()
+        y = Relu(x)
+    }""")
+    out, result = apply(FoldConstants(), model)
+    assert ops(out) == ["Constant", "Relu"] and not result.changed

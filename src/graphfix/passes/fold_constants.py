@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import all_graphs, count_nodes, is_onnx
+from graphfix.graph import all_graphs, count_nodes, is_graph_output, is_onnx
 from graphfix.graph.shapes import infer_shapes
 from graphfix.passes._fold_eval import (
     excluded,
@@ -149,12 +149,17 @@ def _shape_inputs(graph: gs.Graph) -> list[gs.Tensor]:
 
 
 def _has_candidates(graph: gs.Graph, shapes: bool) -> bool:
-    """Whether gs could fold anything: a node (not a Constant) whose inputs are all
-    constants, or, with `shapes`, a Shape/Size of a tensor with at least one known dim.
-    Checking first skips gs's export + onnxruntime round trip when nothing can fold."""
+    """Whether gs could fold anything: a Constant node (it becomes an initializer: one
+    node less, and one form of constant for the passes after), a node whose inputs are
+    all constants, or, with `shapes`, a Shape/Size of a tensor with at least one known
+    dim. Checking first skips gs's export + onnxruntime round trip when nothing can fold."""
     for g in all_graphs(graph):
         for node in g.nodes:
-            if node.op == "Constant" or not node.outputs:
+            if not node.outputs:
+                continue
+            if node.op == "Constant":
+                if "value" in node.attrs and not is_graph_output(g, node.outputs[0]):
+                    return True
                 continue
             inputs = [t for t in node.inputs if t.name]
             if inputs and all(_is_constant(t) for t in inputs):
