@@ -132,10 +132,10 @@ def test_reshape_inside_an_if_branch():
 
 @pytest.mark.parametrize(("body", "reason"), [
     ("s = Shape(x) t = Concat<axis=0>(s, one) y = Reshape(r, t)",
-     "its target copies dimensions not known statically (dim 0 of 'x', dim 1 of 'x') "
+     "its target has entries not known statically (dim 0 of 'x', dim 1 of 'x') "
      "that neither 0 nor a single -1 can express"),
     ("s = Shape(x) t = Concat<axis=0>(s, one) y = Reshape<allowzero=1>(x, t)",
-     "its target copies dimensions not known statically (dim 0 of 'x', dim 1 of 'x') "
+     "its target has entries not known statically (dim 0 of 'x', dim 1 of 'x') "
      "that neither 0 nor a single -1 can express"),
     ("s = Shape(x) f = Cast<to=1>(s) c = Cast<to=7>(f) t = Concat<axis=0>(c, one) "
      "y = Reshape(x, t)",
@@ -190,5 +190,44 @@ def test_a_partial_or_reordered_shape_of_another_tensor_stays():
         y = Reshape(x, target)
     }""")
     assert_skips(FoldReshapeTargets(), model, "Reshape 'y'",
-                 "its target copies dimensions not known statically (dim 1 of 't', "
+                 "its target has entries not known statically (dim 1 of 't', "
                  "dim 0 of 't') that neither 0 nor a single -1 can express")
+
+
+def test_one_entry_computed_by_arithmetic_becomes_the_minus_one():
+    # Swin's window attention: x.view(B * nW, 49, 32) with B read from a Shape
+    model = parse(header() + """
+    g (float[N,4,49,32] x) => (float[?,49,32] y)
+      <int64 zero = {0}, int64 four = {4}, int64[1] ax = {0}, int64[2] rest = {49, 32}> {
+        s = Shape(x)
+        b = Gather<axis=0>(s, zero)
+        bw = Mul(b, four)
+        u = Unsqueeze(bw, ax)
+        t = Concat<axis=0>(u, rest)
+        y = Reshape(x, t)
+    }""")
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    out = assert_rewrites(FoldReshapeTargets(), model, ["Reshape"],
+                          {"made Reshape targets computed from Shape constant": 1},
+                          [feeds(2, 4, 49, 32)])
+    assert target_of(out, "y") == [-1, 49, 32]
+
+
+def test_two_entries_computed_by_arithmetic_stay():
+    model = parse(header() + """
+    g (float[N,M] x) => (float[?,?] y) <int64 zero = {0}, int64 one = {1},
+                                        int64 two = {2}, int64[1] ax = {0}> {
+        s = Shape(x)
+        a = Gather<axis=0>(s, zero)
+        b = Gather<axis=0>(s, one)
+        a2 = Mul(a, two)
+        b2 = Div(b, two)
+        ua = Unsqueeze(a2, ax)
+        ub = Unsqueeze(b2, ax)
+        t = Concat<axis=0>(ua, ub)
+        y = Reshape(x, t)
+    }""")
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    assert_skips(FoldReshapeTargets(), model, "Reshape 'y'",
+                 "its target has entries not known statically (element 0 of 'a2', "
+                 "element 0 of 'b2') that neither 0 nor a single -1 can express")

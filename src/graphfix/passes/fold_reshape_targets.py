@@ -11,8 +11,11 @@ The target is evaluated element by element: each entry is a known integer or
 - a known integer (a literal, or a dimension whose size the shapes say),
 - dimension i of the Reshape's own input at position i: written 0, which copies
   that dimension (allowzero=0 only), or
-- for exactly one entry, any other dimension, written -1, when every other entry
-  is a positive integer (then -1 can only mean that size).
+- for exactly one entry, anything else, written -1, when every other entry is a
+  positive integer: a dimension, or a value this pass does not evaluate (B * nW in
+  Swin's window attention) of an integer tensor whose length the shapes say. The
+  element count fixes that entry whatever it is; where the original Reshape succeeds,
+  -1 gives the same shape (a 0 entry, copying a dim, would have to equal it too).
 
 When it cannot become a constant but every entry is dimension i of one tensor T at
 position i, for all of T's dimensions, the target is T's shape: it becomes one
@@ -31,7 +34,8 @@ gets its static shape, so a chain of such Reshapes folds in one run.
 
 Evaluated: initializers and Constant nodes, Shape (start/end, opset 15+), Cast to
 an integer type, Identity, Concat, Slice, Gather (axis 0), Unsqueeze/Squeeze of
-0-D/1-D values. Anything else (Mul, Add, ...) leaves the Reshape alone, with a note.
+0-D/1-D values. Anything else (Mul, Add, ...) is an unknown entry when its shape is
+known; a target with more than one unknown entry stays, with a note.
 """
 
 from __future__ import annotations
@@ -67,7 +71,17 @@ class Dim:
     axis: int
 
 
-Entry = int | Dim
+@dataclass(frozen=True)
+class Opaque:
+    """Element `index` of an integer `tensor` this pass does not evaluate (B * nW, a
+    ReduceProd): usable only as the single -1 entry, which means the same whatever it is
+    (the Reshape's element count fixes it)."""
+
+    tensor: gs.Tensor
+    index: int
+
+
+Entry = int | Dim | Opaque
 
 
 @dataclass(frozen=True)
@@ -178,7 +192,7 @@ def _target(node: gs.Node, opset: int) -> list[int] | gs.Tensor | str:
             return f"its target already is the shape of '{whole.name}'"
         return whole
     return (
-        "its target copies dimensions not known statically "
+        "its target has entries not known statically "
         f"({', '.join(_describe(value.entries[i]) for i in free)}) that neither 0 nor a "
         "single -1 can express"
     )
@@ -242,7 +256,11 @@ def _reshaped(shape, target: list[int], allowzero: bool) -> list[int] | None:
 
 
 def _describe(entry: Entry) -> str:
-    return f"dim {entry.axis} of '{entry.tensor.name}'" if isinstance(entry, Dim) else str(entry)
+    if isinstance(entry, Dim):
+        return f"dim {entry.axis} of '{entry.tensor.name}'"
+    if isinstance(entry, Opaque):
+        return f"element {entry.index} of '{entry.tensor.name}'"
+    return str(entry)
 
 
 def evaluate(tensor: gs.Tensor, opset: int, depth: int = 0) -> Value | str:
@@ -257,8 +275,19 @@ def evaluate(tensor: gs.Tensor, opset: int, depth: int = 0) -> Value | str:
     node = tensor.inputs[0]
     rule = _RULES.get(node.op) if is_onnx(node) else None
     if rule is None:
-        return f"'{tensor.name}' is computed by {node.op}, which this pass does not evaluate"
+        return _opaque(tensor) or (
+            f"'{tensor.name}' is computed by {node.op}, which this pass does not evaluate")
     return rule(node, opset, depth + 1)
+
+
+def _opaque(tensor: gs.Tensor) -> Value | None:
+    """An integer tensor of known 0-D/1-D static shape as unknown entries, else None."""
+    shape, dtype = tensor.shape, tensor.dtype
+    if (shape is None or len(shape) > 1 or not all(isinstance(d, int) and d >= 0 for d in shape)
+            or dtype is None or np.dtype(dtype).kind not in "iu"):
+        return None
+    count = shape[0] if shape else 1
+    return Value(tuple(Opaque(tensor, i) for i in range(count)), scalar=not shape)
 
 
 def _shape(node: gs.Node, opset: int, depth: int) -> Value | str:
