@@ -12,7 +12,11 @@ and classifies what follows it:
   ../shared/trt/calibration_notes.md, placement rule 4);
 - `no activation`: nothing activation-like follows (pooling, concat, an output);
 - `broken`: something is in the way of an activation, or of the bias — the node in
-  the way, why, and the graphfix pass that removes it when there is one.
+  the way, why, and the graphfix pass that removes it when there is one. A per-channel
+  op (BatchNormalization, a constant Mul/Add) on a conv output that is also read
+  elsewhere is in the way too: the reason is the cost model's verdict on folding it
+  into a copy of the conv (`graphfix.passes._conv_copy`), with the fold pass as the
+  fix when the copy is cheaper, and the other readers and the numbers when not.
 
 Which activation ops TensorRT fuses is not in ../shared/trt/ data and was not
 checked on TensorRT here; the list below is ONNX's activation ops that the parser
@@ -34,6 +38,7 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import all_graphs, constant_value, is_graph_output, is_onnx, node_label
 from graphfix.graph.convert import to_graph
+from graphfix.passes._conv_copy import Into, ShapeBook, decide
 
 CONVS = ("Conv", "ConvTranspose")
 ACTIVATIONS = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "HardSwish",
@@ -79,11 +84,13 @@ class Explanation:
         return {"counts": self.counts(), "broken": [asdict(c) for c in self.broken()]}
 
 
-def explain_change(before: onnx.ModelProto, after: onnx.ModelProto, trt=None) -> dict:
+def explain_change(before: onnx.ModelProto, after: onnx.ModelProto, trt=None,
+                   input_shapes: dict[str, tuple[int, ...]] | None = None) -> dict:
     """The report section: chain counts before and after a run, what is still broken, and
     the NMS regions of the result with the pass for the TensorRT target `trt` (a
-    graphfix.trt.TrtTarget; None: the newest documented)."""
-    old, new = explain(before), explain(after)
+    graphfix.trt.TrtTarget; None: the newest documented). `input_shapes` size the convs
+    for the copy cost (see `explain`)."""
+    old, new = explain(before, input_shapes), explain(after, input_shapes)
     return {"before": old.counts(), "after": new.counts(),
             "broken": new.to_json()["broken"], "nms": explain_nms(after, trt)}
 
@@ -121,21 +128,29 @@ def nms_pass(region, trt=None) -> str:
     return f"{chosen} ({why})"
 
 
-def explain(model: onnx.ModelProto | gs.Graph) -> Explanation:
-    """Classify every Conv/ConvTranspose chain of the model (see the module docstring)."""
+def explain(model: onnx.ModelProto | gs.Graph,
+            input_shapes: dict[str, tuple[int, ...]] | None = None) -> Explanation:
+    """Classify every Conv/ConvTranspose chain of the model (see the module docstring).
+    `input_shapes` (the run's, e.g. --input-shape) size the convs whose copy is costed;
+    without them only static shapes do."""
     graph = model if isinstance(model, gs.Graph) else to_graph(model)
+    shapes = ShapeBook(graph, dict(input_shapes or {}))
     chains = []
     for g in all_graphs(graph):
         for node in g.nodes:
             if is_onnx(node, *CONVS) and node.outputs:
-                chains.append(_classify(g, node))
+                chains.append(_classify(g, node, shapes))
     return Explanation(chains)
 
 
-def _classify(g: gs.Graph, conv: gs.Node) -> Chain:
+def _classify(g: gs.Graph, conv: gs.Node, shapes: ShapeBook) -> Chain:
     label = node_label(conv)
     out = conv.outputs[0]
     readers = list(out.outputs)
+    if len(readers) > 1 or (readers and is_graph_output(g, out)):
+        scaled = next((r for r in readers if _per_channel(conv, r)), None)
+        if scaled is not None:
+            return _shared(g, label, conv, scaled, shapes)
     if is_graph_output(g, out) or not readers:
         return Chain(label, "no activation", (conv.op,))
     if len(readers) > 1:
@@ -164,6 +179,34 @@ def _classify(g: gs.Graph, conv: gs.Node) -> Chain:
             reason, fix = _IN_THE_WAY[nxt.op]
             return Chain(label, "broken", (*path, after.op), node_label(nxt), reason, fix)
     return Chain(label, "no activation", path)
+
+
+def _per_channel(conv: gs.Node, node: gs.Node) -> bool:
+    """Whether `node` is a BatchNormalization or a constant Mul/Div/Add/Sub of the conv
+    output (its first operand, for Sub and Div)."""
+    out = conv.outputs[0]
+    if is_onnx(node, "BatchNormalization"):
+        return node.inputs[0] is out
+    if not is_onnx(node, *_SCALE_OPS) or len(node.inputs) != 2:
+        return False
+    sides = [i for i, t in enumerate(node.inputs) if t is out]
+    if len(sides) != 1 or (sides[0] == 1 and node.op in ("Sub", "Div")):
+        return False
+    return constant_value(node.inputs[1 - sides[0]]) is not None
+
+
+def _shared(g: gs.Graph, label: str, conv: gs.Node, node: gs.Node, shapes: ShapeBook
+            ) -> Chain:
+    """A per-channel op on a conv output that is also read elsewhere: broken, with the
+    copy's cost verdict as the reason (and the fold pass as the fix when a copy pays)."""
+    into = decide(g, conv, node, shapes)
+    fix = _IN_THE_WAY[node.op][1] if node.op == "BatchNormalization" else _SCALE_OPS[node.op]
+    path = (conv.op, node.op)
+    if into is Into.COPY:
+        return Chain(label, "broken", path, node_label(node),
+                     f"the conv output is also read elsewhere, and a copy of the conv to fold "
+                     f"the {node.op} into costs less than the {node.op} layer (cost model)", fix)
+    return Chain(label, "broken", path, node_label(node), str(into), "")
 
 
 def _after_pass_through(node: gs.Node, hops: int = 3) -> gs.Node | None:

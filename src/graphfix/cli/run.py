@@ -187,7 +187,8 @@ def run_command(
         if explain:
             from graphfix.trt import parse_target as _target
 
-            rep.explain = explain_change(source, result.model, _target(trt) if trt else None)
+            rep.explain = explain_change(source, result.model, _target(trt) if trt else None,
+                                         shapes)
         diagnosis = None
         if trt is not None:
             from graphfix.doctor import diagnose

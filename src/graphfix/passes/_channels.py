@@ -18,7 +18,7 @@ The helpers here never write into an array they read: new values are new arrays.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -27,12 +27,12 @@ import onnx_graphsurgeon as gs
 from graphfix.graph import (
     all_graphs,
     constant_value,
-    is_graph_output,
     is_onnx,
     names_in_use,
     node_label,
     take_output,
 )
+from graphfix.passes._conv_copy import ConvCopies, counted, label
 from graphfix.passes.base import LIMIT_REACHED, Note, PassContext, PassResult
 
 CONV_OPS = ("Conv", "ConvTranspose")
@@ -47,7 +47,8 @@ _SECOND_OPERAND = {
 
 @dataclass(frozen=True)
 class Match:
-    """An elementwise `node` reading `producer`'s only output and a constant `value`."""
+    """An elementwise `node` reading `producer`'s output and a constant `value` (when the
+    output has other readers, `_conv_copy` decides whether the fold goes into a copy)."""
 
     node: gs.Node
     producer: gs.Node
@@ -55,12 +56,14 @@ class Match:
 
 
 def match(
-    g: gs.Graph, node: gs.Node, producers: tuple[str, ...], node_ids: set[int]
+    node: gs.Node, producers: tuple[str, ...], node_ids: set[int]
 ) -> Match | str | None:
     """The match for `node`, why it cannot fold, or None when no input comes from `producers`.
 
     `node` is a binary elementwise op (Add, Sub, Mul, Div); for Sub and Div only the
-    first operand may be the linear op's output.
+    first operand may be the linear op's output. What makes the op something else than
+    a per-channel constant (a non-constant operand) is checked before whether the linear
+    op's output has other readers, so a note gives the first reason that applies.
     """
     if len(node.inputs) != 2:
         return None
@@ -73,18 +76,11 @@ def match(
         return _SECOND_OPERAND[node.op].format(p=producer.op)
     if id(producer) not in node_ids:
         return f"its {producer.op} input comes from an enclosing graph"
-    y = node.inputs[side]
-    if is_graph_output(g, y):
-        return f"the {producer.op} output is itself a graph output, so it must keep its values"
-    if len(y.outputs) > 1:
-        return (
-            f"the {producer.op} output is also read by another node, "
-            f"which needs it without the {node.op}"
-        )
     other = node.inputs[1 - side]
     value = constant_value(other)
     if value is None:
-        return f"its other input '{other.name}' is not a constant"
+        source = f" (it comes from {node_label(other.inputs[0])})" if other.inputs else ""
+        return f"its other input '{other.name}' is not a constant{source}"
     if not np.issubdtype(value.dtype, np.floating):
         return f"its constant '{other.name}' is {value.dtype}, not floating point"
     return Match(node=node, producer=producer, value=value)
@@ -222,7 +218,6 @@ def absorb(m: Match) -> None:
     take_output(m.producer, y, out)
 
 
-
 def conv_operands(m: Match) -> tuple[np.ndarray, np.ndarray | None, np.ndarray] | str:
     """The conv's weights, its bias (None when absent) and the constant as one float64
     value per output channel, or why the constant does not fold into this conv."""
@@ -258,29 +253,33 @@ def fold_elementwise(
     """The loop both fuse passes share: every `ops` node reading a `producers` output and
     a constant is matched, planned (`plan` returns the new values or why not), rewritten
     (one rewrite for `ctx.allow_rewrite`), and counted under `what(match)`; `nothing` is
-    the note when no candidate exists."""
+    the note when no candidate exists. A match whose producer output has other readers
+    folds into a copy of the producer when `_conv_copy` finds that cheaper."""
     result = PassResult(changed=False)
     names = names_in_use(graph)
+    copies = ConvCopies(graph, ctx.input_shapes, names)
     found = 0
     for g in all_graphs(graph):
         node_ids = {id(n) for n in g.nodes}
         for node in [n for n in g.nodes if is_onnx(n, *ops)]:
             if not node.outputs:  # already folded and disconnected
                 continue
-            checked = match(g, node, producers, node_ids)
+            checked = match(node, producers, node_ids)
             if checked is None:
                 continue
             found += 1
             planned = plan(checked) if isinstance(checked, Match) else checked
-            if isinstance(planned, str):
-                result.notes.append(Note(subject=node_label(node), reason=planned))
+            into = planned if isinstance(planned, str) else copies.decide(
+                g, checked.producer, node)
+            if isinstance(into, str):
+                result.notes.append(Note(subject=node_label(node), reason=into))
                 continue
-            label = f"{node_label(node)} into {node_label(checked.producer)}"
-            if not ctx.allow_rewrite(pass_name, label):
+            if not ctx.allow_rewrite(pass_name, label(node, checked.producer, into)):
                 result.notes.append(Note(subject=node_label(node), reason=LIMIT_REACHED))
                 continue
-            result.counts[what(checked)] += 1
-            rewrite(checked, planned, names)
+            result.counts[counted(what(checked), checked.producer, into)] += 1
+            target = copies.target(g, checked.producer, node, into, node_ids)
+            rewrite(replace(checked, producer=target), planned, names)
             result.changed = True
     if not found:
         result.notes.append(Note(subject="graph", reason=nothing))

@@ -21,6 +21,11 @@ a weight shared with another node is never changed under it. The linear op takes
 the BatchNormalization's output tensor, so output names and dtypes are kept; the
 disconnected BatchNormalization is left for `cleanup`.
 
+When the Conv output is also read by another node (or is a graph output), the
+BatchNormalization folds into a copy of the Conv where the cost model of `_conv_copy` finds
+that cheaper, else a note names the other readers and the numbers
+(docs/conv-chains.md).
+
 Nodes are visited in graph order, so a chain Conv -> BN -> BN folds completely
 when the graph is topologically sorted (the pass manager keeps it so).
 
@@ -42,13 +47,13 @@ from graphfix.graph import (
     all_graphs,
     constant_value,
     fresh_name,
-    is_graph_output,
     is_onnx,
     names_in_use,
     node_label,
     opset_of,
     take_output,
 )
+from graphfix.passes._conv_copy import ConvCopies, counted, label
 from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
 
 _LINEAR_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
@@ -85,10 +90,15 @@ class FoldBatchNorm(Pass):
     training_mode=1, or extra outputs) is skipped, spatial=0 folds only when its
     statistics are per channel. Recurses into If/Loop/Scan bodies.
 
-    Skips, with a note, when the linear op's output has another reader or is a
-    graph output, when weights, bias or statistics are not constants (Identity of
-    a constant counts as a constant), when channel counts disagree, and when
-    BatchNormalization does not follow one of the ops above.
+    When the linear op's output has another reader or is a graph output, folds into
+    a copy of a Conv or ConvTranspose when the cost model of `_conv_copy` finds the
+    copy cheaper than the BatchNormalization layer (docs/conv-chains.md).
+
+    Skips, with a note, when the linear op's output has another reader or is a graph
+    output and no copy is made (the note names the readers and the cost numbers),
+    when weights, bias or statistics are not constants (Identity of a constant counts
+    as a constant), when channel counts disagree, and when BatchNormalization does
+    not follow one of the ops above.
     """
 
     name = "fold-bn"
@@ -100,6 +110,7 @@ class FoldBatchNorm(Pass):
         result = PassResult(changed=False)
         opset = opset_of(graph)
         names = names_in_use(graph)
+        copies = ConvCopies(graph, ctx.input_shapes, names)
         found = 0
         for g in all_graphs(graph):
             node_ids = {id(n) for n in g.nodes}
@@ -107,17 +118,18 @@ class FoldBatchNorm(Pass):
                 if not bn.outputs:  # already folded and disconnected
                     continue
                 found += 1
-                checked = _check(g, bn, opset, node_ids)
-                if isinstance(checked, str):
-                    result.notes.append(Note(subject=node_label(bn), reason=checked))
+                checked = _check(bn, opset, node_ids)
+                into = checked if isinstance(checked, str) else copies.decide(g, checked[0], bn)
+                if isinstance(into, str):
+                    result.notes.append(Note(subject=node_label(bn), reason=into))
                     continue
                 producer, plan = checked
-                label = f"{node_label(bn)} into {node_label(producer)}"
-                if not ctx.allow_rewrite(self.name, label):
+                if not ctx.allow_rewrite(self.name, label(bn, producer, into)):
                     result.notes.append(Note(node_label(bn), LIMIT_REACHED))
                     continue
-                result.counts[f"folded BatchNormalization into {producer.op}"] += 1
-                _rewrite(bn, producer, plan, names)
+                phrase = f"folded BatchNormalization into {producer.op}"
+                result.counts[counted(phrase, producer, into)] += 1
+                _rewrite(bn, copies.target(g, producer, bn, into, node_ids), plan, names)
                 result.changed = True
         if not found:
             result.notes.append(
@@ -129,14 +141,12 @@ class FoldBatchNorm(Pass):
 # ----------------------------------------------------------------------------- check
 
 
-def _check(
-    g: gs.Graph, bn: gs.Node, opset: int, node_ids: set[int]
-) -> tuple[gs.Node, _Plan] | str:
+def _check(bn: gs.Node, opset: int, node_ids: set[int]) -> tuple[gs.Node, _Plan] | str:
     """The linear producer and the plan to fold `bn` into it, or why it cannot be folded."""
     reason = _check_mode(bn, opset)
     if reason:
         return reason
-    producer = _producer(g, bn, node_ids)
+    producer = _producer(bn, node_ids)
     if isinstance(producer, str):
         return producer
     affine = _affine(bn, opset)
@@ -160,7 +170,7 @@ def _check_mode(bn: gs.Node, opset: int) -> str | None:
     return None
 
 
-def _producer(g: gs.Graph, bn: gs.Node, node_ids: set[int]) -> gs.Node | str:
+def _producer(bn: gs.Node, node_ids: set[int]) -> gs.Node | str:
     x = bn.inputs[0]
     if isinstance(x, gs.Constant) or not x.inputs:
         where = "is a constant" if isinstance(x, gs.Constant) else "is a graph input"
@@ -176,10 +186,6 @@ def _producer(g: gs.Graph, bn: gs.Node, node_ids: set[int]) -> gs.Node | str:
             "it does not follow a Conv, ConvTranspose, Gemm or MatMul "
             f"(its input comes from {node_label(producer)})"
         )
-    if is_graph_output(g, x):
-        return f"the {producer.op} output is itself a graph output, so it must keep its values"
-    if len(x.outputs) > 1:
-        return f"the {producer.op} output is also read by another node, which needs it unnormalized"
     return producer
 
 

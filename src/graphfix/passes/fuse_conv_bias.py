@@ -17,6 +17,11 @@ column constants [N], [1, N], [1] and scalars, a constant of shape [M, 1] or
 has, and then it is left alone with a note. MatMul becomes a Gemm only when its
 input is known to be 2-D (Gemm has no batch axes); otherwise the Add stays.
 
+When the Conv output is also read by another node (or is a graph output), the
+Add folds into a copy of the Conv where the cost model of `_conv_copy` finds
+that cheaper, else a note names the other readers and the numbers
+(docs/conv-chains.md).
+
 New values are computed in float64 and cast back to the weight dtype, into new
 `gs.Constant` objects (no existing array is written to). The linear op takes the
 Add's output tensor, so output names and dtypes are kept; the disconnected Add is
@@ -69,12 +74,17 @@ class FuseConvBias(Pass):
     [M, 1] or [M, N] when M is static); MatMul with a constant 2-D weight and a 2-D
     input, which becomes a Gemm. Recurses into If/Loop/Scan bodies.
 
-    Skips, with a note, when the linear op's output has another reader or is a
-    graph output, when the other operand, the weights, the bias or the Gemm C are
-    not constants, when the constant varies along a non-channel axis (e.g. [C]
-    against a rank-4 output, which lines up with the width axis) or has a higher
-    rank than the output, when its dtype differs from the linear op's, for
-    `Sub(t, conv)`, and for MatMul whose input rank is unknown or not 2.
+    When a Conv or ConvTranspose output has another reader or is a graph output,
+    folds into a copy of it when the cost model of `_conv_copy` finds that cheaper.
+
+    Skips, with a note, when the linear op's output has another reader or is a graph
+    output and no copy is made (the note names the readers and the cost numbers, or
+    the elementwise expression the op belongs to), when the other operand, the
+    weights, the bias or the Gemm C are not constants, when the constant varies
+    along a non-channel axis (e.g. [C] against a rank-4 output, which lines up with
+    the width axis) or has a higher rank than the output, when its dtype differs
+    from the linear op's, for `Sub(t, conv)`, and for MatMul whose input rank is
+    unknown or not 2.
     """
 
     name = "fuse-conv-bias"

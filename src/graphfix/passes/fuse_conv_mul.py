@@ -12,6 +12,11 @@ Exporters that decompose BatchNormalization (TensorFlow, Paddle) write
 Conv -> Mul(s) -> Add(t); this pass folds the Mul, and `fuse-conv-bias` then
 folds the Add, leaving one Conv that TensorRT fuses with its activation.
 
+When the Conv output is also read by another node (or is a graph output), the
+Mul folds into a copy of the Conv where the cost model of `_conv_copy` finds
+that cheaper, else a note names the other readers and the numbers
+(docs/conv-chains.md).
+
 New weights are computed in float64 and cast back to the weight dtype, into new
 `gs.Constant` objects (a weight shared with another node is never changed under
 it). The Conv takes the Mul's output tensor, so output names and dtypes are kept;
@@ -46,11 +51,16 @@ class FuseConvMul(Pass):
     shape [1, C, 1, 1], [C, 1, 1], [1] or scalar (for a rank-4 output; generally any
     shape that varies along the channel axis only). Recurses into If/Loop/Scan bodies.
 
-    Skips, with a note, when the conv output has another reader or is a graph
-    output, when the other operand, the weights or the bias are not constants, when
-    the constant varies along a non-channel axis (e.g. [C] against a rank-4 output,
-    which lines up with the width axis) or has a higher rank than the output, when
-    its dtype differs from the conv's, when a divisor is zero, and for `Div(c, conv)`.
+    When the conv output has another reader or is a graph output, folds into a copy
+    of the conv when the cost model of `_conv_copy` finds that cheaper.
+
+    Skips, with a note, when the conv output has another reader or is a graph output and
+    no copy is made (the note names the readers and the cost numbers, or the
+    elementwise expression the op belongs to), when the other operand, the weights
+    or the bias are not constants, when the constant varies along a non-channel axis
+    (e.g. [C] against a rank-4 output, which lines up with the width axis) or has a
+    higher rank than the output, when its dtype differs from the conv's, when a
+    divisor is zero, and for `Div(c, conv)`.
     """
 
     name = "fuse-conv-mul"
