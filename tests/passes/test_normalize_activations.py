@@ -16,7 +16,8 @@ from graphfix.passes.normalize_activations import (
     NormalizeActivations,
 )
 
-NOTHING = ("graph", "no Clip(x, 0, inf), Max(x, 0) or x * HardSigmoid(x) to rewrite")
+NOTHING = ("graph", "no Clip(x, 0, inf), Max(x, 0), x * HardSigmoid(x) or "
+                    "Clip(x + 3, 0, 6) / 6 to rewrite")
 CLIP = "rewrote Clip(x, 0, inf) as Relu"
 MAX = "rewrote Max(x, 0) as Relu"
 HARDSWISH = "fused x * HardSigmoid(x) into HardSwish"
@@ -378,3 +379,74 @@ def test_mixed_graph_rewrites_each_form_once():
         y = Mul(r6, h)
     }}""")
     _rewrites(model, ["Conv", "Relu", "Clip", "HardSwish"], {MAX: 1, HARDSWISH: 1})
+
+
+# ----------------------------------------------------------------------------- decomposed
+
+_DECOMPOSED_SWISH = "rewrote x * Clip(x + 3, 0, 6) / 6 as HardSwish"
+_DECOMPOSED_SIGMOID = "rewrote Clip(x + 3, 0, 6) / 6 as HardSigmoid"
+_RELU6_OF_X_PLUS_3 = """
+        a = Add(x, three)
+        c = Clip(a, zero, six)"""
+_CONSTANTS = "float three = {3}, float zero = {0}, float six = {6}, float sixth = {0.16666667}"
+
+
+@pytest.mark.parametrize("tail", [
+    "m = Mul(x, c) y = Div(m, six)",         # paddle2onnx (PP-OCR)
+    "m = Mul(c, x) y = Mul(sixth, m)",
+    "d = Div(c, six) y = Mul(x, d)",         # a HardSigmoid, then the Mul
+])
+def test_decomposed_hardswish_becomes_hardswish_at_opset_14(tail):
+    model = parse(_header(14) + f"""
+    g (float[2,3,8] x) => (float[2,3,8] y) <{_CONSTANTS}> {{ {_RELU6_OF_X_PLUS_3} {tail} }}""")
+    counts = ({_DECOMPOSED_SIGMOID: 1, HARDSWISH: 1} if tail.startswith("d =")
+              else {_DECOMPOSED_SWISH: 1})
+    out = _rewrites(model, ["HardSwish"], counts)
+    assert list(out.graph.node[0].input) == ["x"] and list(out.graph.node[0].output) == ["y"]
+
+
+def test_decomposed_hardswish_below_opset_14_becomes_x_times_hardsigmoid():
+    model = parse(_header(12) + f"""
+    g (float[2,3,8] x) => (float[2,3,8] y) <{_CONSTANTS}> {{
+        {_RELU6_OF_X_PLUS_3}
+        m = Mul(x, c)
+        y = Div(m, six)
+    }}""")
+    out = _rewrites(model, ["HardSigmoid", "Mul"], {
+        "rewrote x * Clip(x + 3, 0, 6) / 6 as x * HardSigmoid(x) (HardSwish needs opset 14)": 1})
+    hard_sigmoid, mul = out.graph.node
+    assert [(a.name, round(a.f, 7)) for a in hard_sigmoid.attribute] == [
+        ("alpha", 0.1666667), ("beta", 0.5)]
+    assert list(mul.input) == ["x", "c"] and list(mul.output) == ["y"]
+
+
+def test_decomposed_hardsigmoid_alone_becomes_hardsigmoid():
+    model = parse(_header(12) + f"""
+    g (float[2,3,8] x) => (float[2,3,8] y) <{_CONSTANTS}> {{
+        {_RELU6_OF_X_PLUS_3}
+        y = Mul(c, sixth)
+    }}""")
+    _rewrites(model, ["HardSigmoid"], {_DECOMPOSED_SIGMOID: 1})
+
+
+@pytest.mark.parametrize("body", [
+    "a = Add(x, three) c = Clip(a, zero, five) m = Mul(x, c) y = Div(m, six)",  # not ReLU6
+    "a = Add(x, two) c = Clip(a, zero, six) m = Mul(x, c) y = Div(m, six)",     # not + 3
+    "a = Add(x, three) c = Clip(a, zero, six) m = Mul(z, c) y = Div(m, six)",   # another x
+    "a = Add(x, three) c = Clip(a, zero, six) m = Mul(x, c) y = Div(m, five)",  # not / 6
+])
+def test_near_misses_of_the_decomposed_forms_stay(body):
+    model = parse(_header(14) + f"""
+    g (float[2,3,8] x, float[2,3,8] z) => (float[2,3,8] y)
+      <float two = {{2}}, float five = {{5}}, {_CONSTANTS}> {{ {body} }}""")
+    _stays(model, [NOTHING])
+
+
+def test_decomposed_hardswish_whose_clip_is_read_elsewhere_stays():
+    model = parse(_header(14) + f"""
+    g (float[2,3,8] x) => (float[2,3,8] y, float[2,3,8] c) <{_CONSTANTS}> {{
+        {_RELU6_OF_X_PLUS_3}
+        m = Mul(x, c)
+        y = Div(m, six)
+    }}""")
+    _stays(model, [NOTHING])

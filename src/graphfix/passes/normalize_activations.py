@@ -6,6 +6,13 @@ their own op, so that a Conv is followed by one recognisable activation::
     Clip(x, 0, +inf)                    -> Relu(x)       (max absent, +inf or >= the dtype's max)
     Max(x, 0) = Max(0, x)               -> Relu(x)       (0: an all-zero constant, x's dtype)
     Mul(x, HardSigmoid(x; 1/6, 1/2))    -> HardSwish(x)  (either Mul order; opset >= 14)
+    Clip(x + 3, 0, 6) / 6               -> HardSigmoid(x; 1/6, 1/2)   (or * 1/6)
+    x * Clip(x + 3, 0, 6) / 6           -> HardSwish(x)  (or * 1/6; opset >= 14;
+                                           x * HardSigmoid(x; 1/6, 1/2) below)
+
+The last two are how Paddle and PyTorch below opset 14 write MobileNetV3's
+activations (`_hard_activations`); x * (Clip(x + 3, 0, 6) / 6) becomes a HardSigmoid
+and then a HardSwish in the same run.
 
 HardSwish(x) is defined by ONNX as x * max(0, min(1, x / 6 + 1/2)), which is
 x * HardSigmoid(x) with alpha = 1/6 and beta = 1/2 exactly. HardSwish entered the
@@ -38,6 +45,7 @@ from graphfix.graph import (
     node_label,
     opset_of,
 )
+from graphfix.passes._hard_activations import hard_sigmoid, hard_swish
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
 
 _FLT_MAX = float(np.finfo(np.float32).max)  # Clip-6's default max
@@ -48,6 +56,7 @@ _RELU_SINCE = {
     "int8": 14, "int16": 14, "int32": 14, "int64": 14,
 }
 _HARDSWISH_OPSET = 14
+_HARD_SIGMOID_ATTRS = (("alpha", 1.0 / 6.0), ("beta", 0.5))  # HardSwish's HardSigmoid
 _NO_HARDSWISH = (
     "hardswish=false: left as x * HardSigmoid(x) "
     "(TensorRT 8.0 and 8.2 do not parse HardSwish)"
@@ -62,6 +71,10 @@ class NormalizeActivationsOptions:
 _CLIP = "rewrote Clip(x, 0, inf) as Relu"
 _MAX = "rewrote Max(x, 0) as Relu"
 _HARDSWISH = "fused x * HardSigmoid(x) into HardSwish"
+_HARDSWISH_DECOMPOSED = "rewrote x * Clip(x + 3, 0, 6) / 6 as HardSwish"
+_HARDSIGMOID_DECOMPOSED = "rewrote Clip(x + 3, 0, 6) / 6 as HardSigmoid"
+_HARDSWISH_BELOW_14 = (
+    "rewrote x * Clip(x + 3, 0, 6) / 6 as x * HardSigmoid(x) (HardSwish needs opset 14)")
 NON_CONSTANT_BOUNDS = "bounds are not constants: TensorRT cannot fuse it as an activation"
 SILU = (
     "x * Sigmoid(x) is a SiLU chain; reported only and left as Sigmoid and Mul "
@@ -77,6 +90,8 @@ class _Plan:
     x: gs.Tensor
     count: str
     drop: tuple[gs.Node, ...] = ()
+    attrs: tuple[tuple[str, float], ...] = ()
+    gated: gs.Node | None = None  # Mul(x, gate) kept, writing the node's output
 
 
 class NormalizeActivations(Pass):
@@ -98,7 +113,8 @@ class NormalizeActivations(Pass):
     """
 
     name = "normalize-activations"
-    summary = "Rewrite Clip(x,0,inf) and Max(x,0) as Relu and x*HardSigmoid(x) as HardSwish"
+    summary = ("Rewrite Clip(x,0,inf) and Max(x,0) as Relu, x*HardSigmoid(x) and "
+               "x*Clip(x+3,0,6)/6 as HardSwish, Clip(x+3,0,6)/6 as HardSigmoid")
     Options = NormalizeActivationsOptions
     counts_rewrites = True  # each node rewritten is one rewrite
 
@@ -119,7 +135,7 @@ class NormalizeActivations(Pass):
         for g in list(all_graphs(graph)):
             node_ids = {id(n) for n in g.nodes}
             for node in list(g.nodes):
-                if not node.outputs or not is_onnx(node, "Clip", "Max", "Mul"):
+                if not node.outputs or not is_onnx(node, "Clip", "Max", "Mul", "Div"):
                     continue
                 checked = _check(g, node, opset, node_ids)
                 if isinstance(checked, _Plan) and checked.op == "HardSwish":
@@ -131,12 +147,13 @@ class NormalizeActivations(Pass):
                 elif not ctx.allow_rewrite(self.name, f"{node_label(node)} as {checked.op}"):
                     result.notes.append(Note(node_label(node), LIMIT_REACHED))
                 else:
-                    _rewrite(g, node, checked)
+                    node_ids.add(id(_rewrite(g, node, checked)))  # x * it may fold next
                     result.counts[checked.count] += 1
                     result.changed = True
         if not result.changed and not result.notes:
             result.notes.append(
-                Note("graph", "no Clip(x, 0, inf), Max(x, 0) or x * HardSigmoid(x) to rewrite")
+                Note("graph", "no Clip(x, 0, inf), Max(x, 0), x * HardSigmoid(x) or "
+                     "Clip(x + 3, 0, 6) / 6 to rewrite")
             )
         return result
 
@@ -147,7 +164,17 @@ def _check(g: gs.Graph, node: gs.Node, opset: int, node_ids: set[int]) -> _Plan 
         return _check_clip(node, opset)
     if node.op == "Max":
         return _check_max(node, opset)
-    return _check_mul(g, node, opset, node_ids)
+    swish = hard_swish(g, node, opset, node_ids)
+    if swish is not None:
+        if opset >= _HARDSWISH_OPSET:
+            return _Plan("HardSwish", swish.x, _HARDSWISH_DECOMPOSED, drop=swish.nodes[1:])
+        return _Plan("HardSigmoid", swish.x, _HARDSWISH_BELOW_14, drop=swish.nodes[2:],
+                     attrs=_HARD_SIGMOID_ATTRS, gated=swish.nodes[1])
+    sigmoid = hard_sigmoid(g, node, opset, node_ids)
+    if sigmoid is not None:
+        return _Plan("HardSigmoid", sigmoid.x, _HARDSIGMOID_DECOMPOSED, drop=sigmoid.nodes[1:],
+                     attrs=_HARD_SIGMOID_ATTRS)
+    return _check_mul(g, node, opset, node_ids) if node.op == "Mul" else None
 
 
 # ----------------------------------------------------------------------------- Clip
@@ -287,12 +314,21 @@ def _check_hardswish(g: gs.Graph, hsig: gs.Node, x: gs.Tensor, opset: int) -> _P
 # ----------------------------------------------------------------------------- rewrite
 
 
-def _rewrite(g: gs.Graph, node: gs.Node, plan: _Plan) -> None:
-    """Put `plan.op(x)` where `node` was; it writes the node's output tensor."""
+def _rewrite(g: gs.Graph, node: gs.Node, plan: _Plan) -> gs.Node:
+    """Put `plan.op(x)` where `node` was; it writes the node's output tensor. With
+    `plan.gated`, that Mul(x, gate) writes the node's output instead, and `plan.op(x)`
+    the gate."""
     y = node.outputs[0]
+    if plan.gated is not None:
+        gate = next(t for t in plan.gated.inputs if t is not plan.x)
+        node.inputs.clear()
+        node.outputs.clear()
+        plan.gated.outputs[0] = y
+        node, y = gate.inputs[0], gate
     for old in (node, *plan.drop):
         old.inputs.clear()
         old.outputs.clear()
-    new = gs.Node(plan.op, name=node.name, inputs=[plan.x], outputs=[y])
+    new = gs.Node(plan.op, name=node.name, attrs=dict(plan.attrs), inputs=[plan.x], outputs=[y])
     index = next(i for i, n in enumerate(g.nodes) if n is node)
     g.nodes[index] = new
+    return new
