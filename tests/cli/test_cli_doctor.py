@@ -40,6 +40,23 @@ def test_blocking_finding_exits_1_with_verdict(tmp_path):
     assert path.read_bytes() == before
 
 
+def test_finding_on_many_nodes_says_how_many_and_names_the_first_three(tmp_path):
+    nodes = [helper.make_node("Hardmax", [f"h{i}"], [f"h{i + 1}"], name=f"hm{i}")
+             for i in range(5)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("h0", TP.FLOAT, [2])],
+                              [helper.make_tensor_value_info("h5", TP.FLOAT, [2])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    result = runner.invoke(app, ["doctor", str(write(tmp_path, m)), "--trt", "8.6",
+                                 "--no-parser"])
+    where = [line.split("│")[2].strip() for line in result.stdout.splitlines()
+             if line.startswith("│")]
+    assert [w for w in where if w] == ["5 nodes", "Hardmax 'hm0'", "Hardmax 'hm1'",
+                                       "Hardmax 'hm2'", "... and 2 more"]
+    assert "error (1 finding on 5 nodes)" in result.stdout
+    assert "will parse this model: no — 5 blocking nodes" in result.stdout
+
+
 def test_clean_model_exits_0_and_fail_on_never(tmp_path):
     path = write(tmp_path, hardmax_model())
     ok = runner.invoke(app, ["doctor", str(path), "--trt", "10.16", "--no-parser"])

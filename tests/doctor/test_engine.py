@@ -65,7 +65,7 @@ def test_json_schema_fields():
     assert data["schema"] == "graphfix.doctor/1"
     assert data["target"]["matrix"] == "10.1"
     assert set(data) == {"schema", "model", "target", "parses", "verdict", "counts",
-                         "blocking_nodes", "findings", "parser", "seconds"}
+                         "node_counts", "blocking_nodes", "findings", "parser", "seconds"}
     assert set(data["findings"][0]) == {"rule", "severity", "message", "nodes", "tensors",
                                         "fact", "fix", "op"}
 

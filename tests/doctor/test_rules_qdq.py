@@ -215,8 +215,10 @@ def qdq_into(*ops):
 
 def test_q_dq_pair_feeding_only_ops_that_do_not_run_in_int8():
     f = by_rule(qdq_into("Sigmoid"), "10.16", "qdq-unfusable")
-    assert [(x.nodes, x.severity) for x in f] == [(("DequantizeLinear 'dq'",), "warn")]
-    assert "Sigmoid" in f[0].message and "calibration_notes.md (d)" in f[0].fact
+    assert [(x.nodes, x.severity) for x in f] == [
+        (("QuantizeLinear 'q'", "DequantizeLinear 'dq'"), "warn")]
+    assert f[0].message.startswith("a Q/DQ pair feeds only Sigmoid, which")
+    assert "calibration_notes.md (d)" in f[0].fact
     assert f[0].fix.startswith("remove the pair")
     assert by_rule(qdq_into("Reshape", "Sigmoid"), "10.16", "qdq-unfusable")
     assert by_rule(qdq_into("Reshape", "Conv"), "10.16", "qdq-unfusable") == []

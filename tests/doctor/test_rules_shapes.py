@@ -23,8 +23,35 @@ def test_unknown_spatial_dims_are_left_to_fill_in():
     m = model([helper.make_node("Relu", ["x"], ["y"], name="r")],
               [vi("x", F, [-1, 3, "h", None])], [vi("y", F, [-1, 3, "h", None])])
     f = one(m, "10.16", "dynamic-input", only=["dynamic-inputs"])
-    assert "x[d0,3,h,d3]" in f.message
-    assert "--minShapes=x:1x3x<h>x<d3>" in f.fix and "--maxShapes=x:8x3x<h>x<d3>" in f.fix
+    assert "x[x.d0,3,h,x.d3]" in f.message
+    assert "--minShapes=x:1x3x<h>x<x.d3>" in f.fix and "--maxShapes=x:8x3x<h>x<x.d3>" in f.fix
+
+
+def test_several_dynamic_inputs_each_dim_named_per_input_and_axis():
+    """Ranks 4, 3 and 2; `N` (the batch: axis 0 of the first input) shared with axis 1 of
+    `c`, `seq` shared by b and c, unnamed dims told apart by input and axis."""
+    node = helper.make_node("Relu", ["a"], ["y"], name="r")
+    m = model([node], [vi("a", F, ["N", 3, "h", None]), vi("b", F, ["seq", "N", -1]),
+                       vi("c", F, ["seq", "N"]), vi("s", F, [2])], [vi("y", F, None)])
+    f = one(m, "10.16", "dynamic-input", only=["dynamic-inputs"])
+    assert f.tensors == ("a", "b", "c")
+    assert f.message == ("dynamic input dimensions: a[N,3,h,a.d3], b[seq,N,b.d2], "
+                         "c[seq,N]; the engine needs an optimization profile (fill in the "
+                         "sizes you will run)")
+    assert f.fix == (
+        "trtexec --onnx=model.onnx --minShapes=a:1x3x<h>x<a.d3>,b:<seq>x1x<b.d2>,c:<seq>x1 "
+        "--optShapes=a:1x3x<h>x<a.d3>,b:<seq>x1x<b.d2>,c:<seq>x1 "
+        "--maxShapes=a:8x3x<h>x<a.d3>,b:<seq>x8x<b.d2>,c:<seq>x8   "
+        "or fix them: fix-shapes{a=1x3x<h>x<a.d3>,b=<seq>x1x<b.d2>,c=<seq>x1}")
+
+
+def test_unnamed_batch_is_the_first_inputs_only():
+    """Unnamed dims at axis 0 of two inputs need not be the same size."""
+    m = model([helper.make_node("Add", ["x", "z"], ["y"], name="add")],
+              [vi("x", F, [None, 4]), vi("z", F, ["?", 4])], [vi("y", F, None)])
+    f = one(m, "10.16", "dynamic-input", only=["dynamic-inputs"])
+    assert "--maxShapes=x:8x4,z:<z.d0>x4 " in f.fix
+    assert f.fix.endswith("fix-shapes{x=1x4,z=<z.d0>x4}")
 
 
 def test_static_inputs_need_no_profile():

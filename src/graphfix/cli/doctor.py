@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from graphfix.cli.common import EXIT_FAILED, console, user_errors
-from graphfix.doctor.findings import SEVERITIES, Diagnosis
+from graphfix.doctor.findings import SEVERITIES, Diagnosis, Finding
 from graphfix.errors import GraphfixError
 from graphfix.text import printable
 
@@ -65,7 +65,7 @@ def doctor_command(
         raise typer.Exit(EXIT_FAILED)
 
 
-def print_diagnosis(diagnosis: Diagnosis, show_info: bool = False, nodes_shown: int = 4) -> None:
+def print_diagnosis(diagnosis: Diagnosis, show_info: bool = False, names_shown: int = 3) -> None:
     console.print(f"{diagnosis.model}: {diagnosis.target}", markup=False)
     if diagnosis.target_note:
         console.print(diagnosis.target_note, markup=False, style="dim")
@@ -73,19 +73,15 @@ def print_diagnosis(diagnosis: Diagnosis, show_info: bool = False, nodes_shown: 
         found = diagnosis.by_severity(severity)
         if not found or (severity == "info" and not show_info):
             continue
-        table = Table(title=f"{severity} ({len(found)})", title_justify="left")
+        table = Table(title=f"{severity} ({_counted(len(found), 'finding')}"
+                            f"{_on_nodes(len(diagnosis.nodes_of(severity)))})",
+                      title_justify="left")
         for col in ("rule", "where", "what", "fix"):
             table.add_column(col, overflow="fold")
         for f in found:
-            # one name per line: a line break inside a name is spelled out too
-            where = [printable(w) for w in f.nodes[:nodes_shown] or f.tensors[:nodes_shown]]
-            where = where or ["model"]
-            more = len(f.nodes or f.tensors) - len(where)
-            if more > 0:
-                where.append(f"... {more} more")
             what = escape(f.message) + (f"\n[dim]{escape(f.fact)}[/dim]" if f.fact else "")
-            table.add_row(f.rule, escape("\n".join(where)), what, escape(f.fix or "-"),
-                          style=_STYLE[severity])
+            table.add_row(f.rule, escape("\n".join(_where(f, names_shown))), what,
+                          escape(f.fix or "-"), style=_STYLE[severity])
         console.print(table)
     infos = len(diagnosis.by_severity("info"))
     if infos and not show_info:
@@ -95,3 +91,26 @@ def print_diagnosis(diagnosis: Diagnosis, show_info: bool = False, nodes_shown: 
         console.print(f"TensorRT's own parser: {diagnosis.parser.get('verdict')}", markup=False)
     console.print(diagnosis.verdict(), markup=False,
                   style="bold red" if not diagnosis.parses() else "bold green")
+
+
+def _where(finding: Finding, shown: int) -> list[str]:
+    """The nodes a finding names (else its tensors, else "model"), one per line with a
+    line break inside a name spelled out: a finding on several says how many first, and
+    past `shown` names, how many more."""
+    names = finding.nodes or finding.tensors
+    if not names:
+        return ["model"]
+    lines = [printable(n) for n in names[:shown]]
+    if len(names) > shown:
+        lines.append(f"... and {len(names) - shown} more")
+    if len(names) > 1:
+        lines.insert(0, _counted(len(names), "node" if finding.nodes else "tensor"))
+    return lines
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
+def _on_nodes(count: int) -> str:
+    return f" on {_counted(count, 'node')}" if count else ""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import onnx
 
 from graphfix.doctor import rules_ops, rules_shapes
-from graphfix.doctor.findings import SEVERITIES, WARN, Diagnosis, Finding
+from graphfix.doctor.findings import SEVERITIES, WARN, Diagnosis, Finding, grouped
 from graphfix.doctor.view import ModelView
 from graphfix.trt import TrtTarget
 
@@ -55,7 +55,9 @@ def rules() -> tuple[Rule, ...]:
 def diagnose(model: onnx.ModelProto, target: TrtTarget, name: str = "model",
              only: Iterable[str] | None = None) -> Diagnosis:
     """All findings for `model` on `target`, most severe first (rule order within a
-    severity). `only` limits the run to rules by name (tests, `detect-unsupported`)."""
+    severity), findings that say the same about several nodes or tensors as one
+    (`findings.grouped`). `only` limits the run to rules by name (tests,
+    `detect-unsupported`)."""
     start = time.perf_counter()
     diagnosis = Diagnosis(name, target.label(), target.note, target.version)
     wanted = set(only) if only is not None else None
@@ -74,7 +76,7 @@ def diagnose(model: onnx.ModelProto, target: TrtTarget, name: str = "model",
         except Exception as exc:  # noqa: BLE001 - one broken rule must not hide the others
             findings.append(_internal(rule, exc))
     order = {s: i for i, s in enumerate(SEVERITIES)}
-    diagnosis.findings = sorted(findings, key=lambda f: order[f.severity])  # stable
+    diagnosis.findings = sorted(grouped(findings), key=lambda f: order[f.severity])  # stable
     diagnosis.seconds = time.perf_counter() - start
     return diagnosis
 

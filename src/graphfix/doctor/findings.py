@@ -8,7 +8,8 @@ text, quoted from `graphfix/trt/data`) and the fix.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 SCHEMA = "graphfix.doctor/1"
@@ -45,6 +46,30 @@ class Finding:
         data["nodes"], data["tensors"] = list(self.nodes), list(self.tensors)
         return data
 
+    def same_fact(self) -> tuple[str, ...]:
+        """What the finding says, without where: findings equal in this say the same thing
+        about different nodes or tensors."""
+        return (self.rule, self.severity, self.message, self.fact, self.fix, self.op)
+
+
+def grouped(findings: Iterable[Finding]) -> list[Finding]:
+    """One finding per `same_fact()`, naming the nodes and tensors of all of them (each
+    once, in order of first mention), at the place of the first.
+
+    Rules report per node or per tensor where that is what they look at (a UINT8 tensor,
+    a Q/DQ pair); a quantized model repeats such a finding for every tensor, so doctor
+    shows it once, with every place it applies to.
+    """
+    groups: dict[tuple[str, ...], list[Finding]] = {}
+    for finding in findings:
+        groups.setdefault(finding.same_fact(), []).append(finding)
+    return [replace(same[0], nodes=_each_once(f.nodes for f in same),
+                    tensors=_each_once(f.tensors for f in same)) for same in groups.values()]
+
+
+def _each_once(names: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(n for group in names for n in group))
+
 
 @dataclass
 class Diagnosis:
@@ -61,13 +86,13 @@ class Diagnosis:
     def by_severity(self, severity: str) -> list[Finding]:
         return [f for f in self.findings if f.severity == severity]
 
+    def nodes_of(self, severity: str) -> list[str]:
+        """Distinct nodes named by the findings of `severity`, in order of first mention."""
+        return list(_each_once(f.nodes for f in self.by_severity(severity)))
+
     def blocking_nodes(self) -> list[str]:
         """Distinct nodes named by error findings, in order of first mention."""
-        seen: dict[str, None] = {}
-        for f in self.by_severity(ERROR):
-            for n in f.nodes:
-                seen.setdefault(n, None)
-        return list(seen)
+        return self.nodes_of(ERROR)
 
     def parses(self) -> bool:
         return not self.by_severity(ERROR)
@@ -96,6 +121,7 @@ class Diagnosis:
 
     def to_json(self) -> dict[str, Any]:
         counts = {s: len(self.by_severity(s)) for s in SEVERITIES}
+        node_counts = {s: len(self.nodes_of(s)) for s in SEVERITIES}
         return {
             "schema": SCHEMA,
             "model": self.model,
@@ -103,6 +129,7 @@ class Diagnosis:
             "parses": self.parses(),
             "verdict": self.verdict(),
             "counts": counts,
+            "node_counts": node_counts,
             "blocking_nodes": self.blocking_nodes(),
             "findings": [f.to_json() for f in self.findings],
             "parser": self.parser,

@@ -64,13 +64,13 @@ def _unsupported_fix(op: str, target: TrtTarget) -> str:
     later = [v for v in documented_versions()
              if _num(v) > _num(target.version) and (row := parse_target(v).op(op)) is not None
              and row.supported]
-    newer = f"TensorRT {later[0]} supports it; " if later else ""
+    newer = f"TensorRT {later[0]} supports it; otherwise " if later else ""
     from graphfix.plugins.lowering import lowering_for  # onnx-graphsurgeon, only when needed
 
     if lowering_for(op, target) is not None:
-        return (f"{newer}otherwise lower-unsupported rewrites it into ops this version parses: "
+        return (f"{newer}lower-unsupported rewrites it into ops this version parses: "
                 f"graphfix run model.onnx --trt {target.effective} --passes lower-unsupported")
-    return (f"{newer}otherwise rewrite that part of the model before export or "
+    return (f"{newer}rewrite that part of the model before export or "
             "implement the op as a TensorRT plugin")
 
 
@@ -124,7 +124,7 @@ def dtype_support(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
             f"lists {op} for {listed} only",
             nodes=tuple(r.label for r in refs), tensors=tuple(
                 _typed_tensor(r) for r in refs), op=op, fact=fact,
-            fix=_dtype_fix(type_name, op),
+            fix=_dtype_fix(type_name, op, listed),
         )
 
 
@@ -137,15 +137,16 @@ def _typed_tensor(ref: NodeRef) -> str:
     return ref.input(index)
 
 
-def _dtype_fix(type_name: str, op: str) -> str:
+def _dtype_fix(type_name: str, op: str, listed: str) -> str:
+    """`listed`: the types the table lists for `op`, as "FP32, INT32"."""
     if op == "DequantizeLinear" and type_name == "INT32":
         return ("keep biases in float: store the dequantized bias as a float initializer "
                 "(TensorRT quantizes biases itself; graphfix calibrate puts no Q/DQ on bias)")
-    if type_name == "INT64":
+    if type_name == "INT64" and "INT32" in listed.split(", "):
         return "int64-to-int32 (where the values fit), or Cast to INT32 before this node"
-    if type_name.startswith("INT64 ("):  # TensorRT < 9: INT32 is not listed either
+    if type_name.startswith("INT64"):  # TensorRT < 9 casts to INT32 itself: not listed either
         return (f"Cast the tensor to a type the table lists for {op} before this node "
-                "(int64-to-int32 would not help: the parser already casts to INT32)")
+                "(int64-to-int32 would not help: INT32 is not listed either)")
     if type_name in ("INT8", "UINT8"):
         return "quantize through QuantizeLinear/DequantizeLinear (graphfix calibrate)"
     return f"Cast the {type_name} tensor to a listed type before this node"
@@ -196,10 +197,13 @@ def custom_domains(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
 
 def inference_failed(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
     """`shape-inference-failed` (warn) when ONNX shape inference failed: dtype and shape
-    rules then see less."""
+    rules then see less. ONNX's lenient inference fails only on models it cannot read,
+    which no pass repairs, so the fix names none."""
     if view.inference_error:
         yield Finding(
             "shape-inference-failed", WARN,
             "ONNX shape inference failed on this model, so dtype and shape checks are partial",
-            fact=view.inference_error, fix="graphfix run model.onnx --passes fix-shapes{...}",
+            fact=view.inference_error,
+            fix="onnx.checker.check_model(model, full_check=True) names what is invalid; fix "
+                "that in the exporter",
         )

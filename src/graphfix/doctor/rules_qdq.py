@@ -54,7 +54,8 @@ _WEIGHT_AXIS = {"Conv": 0, "ConvTranspose": 1}
 
 def qdq(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
     """`qdq-zero-point` and `qdq-uint8` (errors; Q/DQ nodes grouped per op type, like
-    op-unsupported), `qdq-axis` and `qdq-unfusable` (warns, one per DequantizeLinear)."""
+    op-unsupported), `qdq-axis` and `qdq-unfusable` (warns, one per DequantizeLinear,
+    grouped by the engine where they say the same)."""
     refs = [r for r in view.nodes if r.standard and r.op in (Q, DQ)]
     for op in (Q, DQ):
         yield from _zero_points(view, target, [r for r in refs if r.op == op])
@@ -140,8 +141,9 @@ def _uint8_fact(target: TrtTarget, op: str | None = None) -> str:
 
 
 def _uint8(view: ModelView, target: TrtTarget, refs: list[NodeRef]) -> Iterator[Finding]:
-    """UINT8 Q/DQ nodes (one finding each), then other UINT8 tensors inside the network
-    (one per tensor); graph inputs/outputs only when the target lists no UINT8 at all."""
+    """UINT8 Q/DQ nodes (one finding per op type), then other UINT8 tensors inside the
+    network and graph inputs/outputs (only when the target lists no UINT8 at all), one
+    finding per tensor that names no tensor, so the engine groups them (`grouped`)."""
     covered: set[str] = set()
     for op in (Q, DQ):
         bad = [r for r in refs if r.op == op and _quantized_type(view, r) == TensorProto.UINT8]
@@ -174,8 +176,8 @@ def _uint8(view: ModelView, target: TrtTarget, refs: list[NodeRef]) -> Iterator[
             nodes = (owner.label,) if owner else tuple(r.label for r in view.consumers[name])
             yield Finding(
                 "qdq-uint8", ERROR,
-                f"tensor '{name}' is UINT8 inside the network; TensorRT {target.version} "
-                "takes UINT8 only as a network input or output",
+                f"UINT8 tensor inside the network; TensorRT {target.version} takes UINT8 "
+                "only as a network input or output",
                 nodes=nodes, tensors=(name,), fact=_uint8_fact(target),
                 fix="Cast it to a supported type (INT32 or FP32) where it is made, or keep "
                     "UINT8 only at the graph inputs/outputs",
@@ -186,8 +188,8 @@ def _uint8(view: ModelView, target: TrtTarget, refs: list[NodeRef]) -> Iterator[
         if vi.type.tensor_type.elem_type == TensorProto.UINT8 and vi.name not in covered:
             yield Finding(
                 "qdq-uint8", WARN,
-                f"graph input/output '{vi.name}' is UINT8, a type the TensorRT "
-                f"{target.version} table does not list",
+                f"UINT8 graph input/output, a type the TensorRT {target.version} table "
+                "does not list",
                 tensors=(vi.name,), fact=_uint8_fact(target),
                 fix="feed/return FP32 or INT32 and Cast inside the model, or target "
                     "TensorRT 9.3 or newer",
@@ -294,10 +296,10 @@ def _unfusable(view: ModelView, dq: NodeRef) -> Iterator[Finding]:
     fed = ", ".join(dict.fromkeys(r.op for r in readers)) or "the graph output only"
     yield Finding(
         "qdq-unfusable", WARN,
-        f"the Q/DQ pair {q.label} -> {dq.label} feeds only {fed}, which the Q/DQ placement "
-        "notes do not list among the ops TensorRT runs in INT8: TensorRT may keep the pair "
-        "as extra rounding instead of fusing it",
-        nodes=(dq.label,), tensors=(out,), op=DQ, fact=_PLACEMENT,
+        f"a Q/DQ pair feeds only {fed}, which the Q/DQ placement notes do not list among "
+        "the ops TensorRT runs in INT8: TensorRT may keep the pair as extra rounding "
+        "instead of fusing it",
+        nodes=(q.label, dq.label), tensors=(out,), op=DQ, fact=_PLACEMENT,
         fix="remove the pair, or quantize the inputs of the Conv/ConvTranspose/Gemm/MatMul/"
             "Add it is meant for (graphfix calibrate places Q/DQ there)",
     )

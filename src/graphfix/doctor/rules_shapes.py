@@ -19,49 +19,58 @@ _INT32 = np.iinfo(np.int32)
 
 def dynamic_inputs(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
     """`dynamic-input` (warn): graph inputs with symbolic or unknown dims need an
-    optimization profile. The fix is a trtexec line to complete: a dynamic axis 0 (the
-    batch) gets 1/1/8, other dynamic dims their name in angle brackets (<height>, <d2>)."""
-    dynamic = []
-    for vi in view.graph_inputs:
-        dims = _dims(vi)
-        if dims is None or any(not isinstance(d, int) for d in dims):
-            dynamic.append((vi.name, dims))
+    optimization profile. The fix is a trtexec line to complete, each dynamic dim named
+    in angle brackets by its dim_param (`<height>`: one name, one size, in every input that
+    shares it) or, unnamed, by its input and axis (`<state.d1>`). The batch, the dim at
+    axis 0 of the first input where that is dynamic, gets 1/1/8 wherever it appears."""
+    dynamic = [(vi.name, _dims(vi)) for vi in view.graph_inputs]
+    dynamic = [(name, dims) for name, dims in dynamic
+               if dims is None or any(not isinstance(d, int) for d in dims)]
     if not dynamic:
         return
+    first = dynamic[0][1]
+    batch = first[0] if first and not isinstance(first[0], int) else None
 
-    def shapes(batch: int) -> str:
-        return ",".join(f"{name}:{_template(dims, batch)}" for name, dims in dynamic)
+    def shapes(size: int) -> str:
+        return ",".join(f"{name}:{_template(dims, batch, size)}" for name, dims in dynamic)
 
     line = (f"trtexec --onnx=model.onnx --minShapes={shapes(1)} --optShapes={shapes(1)} "
             f"--maxShapes={shapes(8)}")
     names = ", ".join(f"{n}{_shape_text(d)}" for n, d in dynamic)
-    name, dims = dynamic[0]
+    fixed = ",".join(f"{name}={_template(dims, batch, 1)}" for name, dims in dynamic)
     yield Finding(
         "dynamic-input", WARN,
         f"dynamic input dimensions: {names}; the engine needs an optimization profile "
         "(fill in the sizes you will run)",
         tensors=tuple(n for n, _ in dynamic),
         fact="TensorRT builds engines for explicit shape ranges (optimization profiles)",
-        fix=f"{line}   or fix them: fix-shapes{{{name}={_template(dims, 1)}}}",
+        fix=f"{line}   or fix them: fix-shapes{{{fixed}}}",
     )
 
 
-def _template(dims: list | None, batch: int) -> str:
+def _template(dims: list | None, batch: str | None, size: int) -> str:
+    """`dims` for trtexec: numbers as they are, the batch as `size`, other dims as
+    <their name>."""
     if dims is None:
         return "<shape>"
-    return "x".join(str(d) if isinstance(d, int) else (str(batch) if i == 0 else f"<{d}>")
-                    for i, d in enumerate(dims))
+    return "x".join(str(d) if isinstance(d, int) else str(size) if d == batch else f"<{d}>"
+                    for d in dims)
 
 
 def _dims(vi) -> list | None:
-    """The declared dims: numbers, names for symbolic dims, d<i> for unknown ones
-    (no value, or a negative value as some exporters write)."""
+    """The declared dims: numbers, the dim_param of a named dim, `input.d<axis>` for an
+    unnamed one (no value, a negative value, or a placeholder name such as '?' or '-1',
+    as some exporters write), so two unnamed dims never share a name."""
     tt = vi.type.tensor_type
     if not tt.HasField("shape"):
         return None
     return [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0
-            else (d.dim_param if d.dim_param not in ("", "?") else f"d{i}")
-            for i, d in enumerate(tt.shape.dim)]
+            else (d.dim_param if _named(d.dim_param) else f"{vi.name}.d{axis}")
+            for axis, d in enumerate(tt.shape.dim)]
+
+
+def _named(dim_param: str) -> bool:
+    return bool(dim_param) and dim_param != "?" and not dim_param.lstrip("-").isdigit()
 
 
 def _shape_text(dims: list | None) -> str:
@@ -141,7 +150,8 @@ def _clamping_keeps_meaning(view: ModelView, name: str) -> bool:
 
 def int64_values(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
     """`int64-overflow` (error before TensorRT 9.0, which casts INT64 to INT32) and
-    `int64-input` (warn for those targets): per initializer/Constant and per input."""
+    `int64-input` (warn for those targets): per initializer/Constant and per input, the
+    name in `tensors` only, so the engine groups those that say the same (`grouped`)."""
     if target.at_least("9.0"):
         return
     fact = "parser notes, INT64: " + str(parser_behaviour_notes().get("INT64", ""))
@@ -161,17 +171,17 @@ def int64_values(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
             kind = "initializer" if tensor is not None else "Constant"
             yield Finding(
                 "int64-overflow", ERROR,
-                f"INT64 {kind} '{name}' holds {worst}, outside INT32; TensorRT "
+                f"INT64 {kind} holding {worst}, outside INT32; TensorRT "
                 f"{target.version} casts INT64 to INT32 and clamps it to +-INT_MAX",
                 tensors=(name,), fact=fact,
                 fix=("change the model so the value fits INT32 (large Slice ends: use "
-                     "INT32_MAX), then int64-to-int32; or target TensorRT 9.0 or newer"),
+                     "INT32_MAX), or target TensorRT 9.0 or newer"),
             )
     for vi in view.graph_inputs:
         if vi.type.tensor_type.elem_type == TensorProto.INT64:
             yield Finding(
                 "int64-input", WARN,
-                f"graph input '{vi.name}' is INT64; TensorRT {target.version} has no INT64 "
-                "tensors and binds it as INT32",
+                f"INT64 graph input; TensorRT {target.version} has no INT64 tensors and binds "
+                "it as INT32",
                 tensors=(vi.name,), fact=fact, fix="int64-to-int32 (feeds INT32 at run time)",
             )

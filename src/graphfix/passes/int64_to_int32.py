@@ -66,7 +66,7 @@ _SELECTS = frozenset({
     "Slice", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Pad", "Where", "Max",
     "Min", "ReduceMax", "ReduceMin", "Clip", "Relu", "TopK", "ScatterElements", "ScatterND",
     "Compress", "DepthToSpace", "SpaceToDepth", "Range", "Unique", "ReverseSequence", "Trilu",
-    "EyeLike",
+    "EyeLike", "TensorScatter",
 })
 # Inputs whose schema allows tensor(int32) but that onnx's shape inference or
 # onnxruntime read only as tensor(int64): converting them gives a model neither accepts
