@@ -417,7 +417,8 @@ def test_decomposed_hardswish_below_opset_14_becomes_x_times_hardsigmoid():
     hard_sigmoid, mul = out.graph.node
     assert [(a.name, round(a.f, 7)) for a in hard_sigmoid.attribute] == [
         ("alpha", 0.1666667), ("beta", 0.5)]
-    assert list(mul.input) == ["x", "c"] and list(mul.output) == ["y"]
+    assert list(mul.input) == ["x", "c_hardsigmoid"] and list(mul.output) == ["y"]
+    assert list(hard_sigmoid.output) == ["c_hardsigmoid"]  # not "c": it holds c / 6
 
 
 def test_decomposed_hardsigmoid_alone_becomes_hardsigmoid():

@@ -40,10 +40,13 @@ import onnx_graphsurgeon as gs
 from graphfix.graph import (
     all_graphs,
     constant_value,
+    fresh_name,
     is_graph_output,
     is_onnx,
+    names_in_use,
     node_label,
     opset_of,
+    replace_in,
 )
 from graphfix.passes._hard_activations import hard_sigmoid, hard_swish
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
@@ -132,6 +135,7 @@ class NormalizeActivations(Pass):
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
         opset = opset_of(graph)
+        names = names_in_use(graph)
         for g in list(all_graphs(graph)):
             node_ids = {id(n) for n in g.nodes}
             for node in list(g.nodes):
@@ -147,7 +151,7 @@ class NormalizeActivations(Pass):
                 elif not ctx.allow_rewrite(self.name, f"{node_label(node)} as {checked.op}"):
                     result.notes.append(Note(node_label(node), LIMIT_REACHED))
                 else:
-                    node_ids.add(id(_rewrite(g, node, checked)))  # x * it may fold next
+                    node_ids.add(id(_rewrite(g, node, checked, names)))  # x * it may fold next
                     result.counts[checked.count] += 1
                     result.changed = True
         if not result.changed and not result.notes:
@@ -314,17 +318,21 @@ def _check_hardswish(g: gs.Graph, hsig: gs.Node, x: gs.Tensor, opset: int) -> _P
 # ----------------------------------------------------------------------------- rewrite
 
 
-def _rewrite(g: gs.Graph, node: gs.Node, plan: _Plan) -> gs.Node:
+def _rewrite(g: gs.Graph, node: gs.Node, plan: _Plan, names: set[str]) -> gs.Node:
     """Put `plan.op(x)` where `node` was; it writes the node's output tensor. With
     `plan.gated`, that Mul(x, gate) writes the node's output instead, and `plan.op(x)`
-    the gate."""
+    a new gate tensor where the gate's producer was (a new name: the old gate held
+    Clip(x + 3, 0, 6), six times the HardSigmoid, and `graphfix check` compares tensors
+    by name)."""
     y = node.outputs[0]
     if plan.gated is not None:
         gate = next(t for t in plan.gated.inputs if t is not plan.x)
         node.inputs.clear()
         node.outputs.clear()
         plan.gated.outputs[0] = y
-        node, y = gate.inputs[0], gate
+        node = gate.inputs[0]
+        y = gs.Variable(fresh_name(f"{gate.name}_hardsigmoid", names), gate.dtype, gate.shape)
+        replace_in(plan.gated.inputs, gate, y)
     for old in (node, *plan.drop):
         old.inputs.clear()
         old.outputs.clear()
