@@ -74,6 +74,19 @@ def test_the_same_estimate_on_an_onnx_graphsurgeon_graph():
     assert runaway_loops(gs.import_onnx(_loop_model(10))) == []
 
 
+def test_the_estimate_reads_a_lazy_trip_count_without_loading_it(tmp_path):
+    # Constant.values would replace gs's lazy value object: the pass manager's fingerprint
+    # then saw fold-constants change maskrcnn every round, and trt-prep hit its bound
+    from graphfix.graph import fingerprint, to_graph
+
+    path = tmp_path / "loop.onnx"
+    onnx.save(_loop_model(HUGE), path, save_as_external_data=True, size_threshold=0)
+    graph = to_graph(onnx.load(path))
+    before = fingerprint(graph)
+    assert [w.trips for w in runaway_loops(graph)] == [HUGE]
+    assert fingerprint(graph) == before
+
+
 @pytest.mark.parametrize(("model", "work"), [
     (_loop_model(10), 3 + 10 * 2),                 # Loop + Identity + Relu, 10 trips of 2
     (_loop_model(INT64_MAX, "computed"), 3 + 3),   # PyTorch's while: length is data's, once

@@ -81,9 +81,18 @@ def fingerprint(graph: gs.Graph) -> tuple:
                 _ids(node.inputs, tensors), _ids(node.outputs, tensors),
                 tuple((k, _attr_key(v)) for k, v in attrs.items()) if attrs else (),
             ))
-    # each tensor's own state once, however many nodes read it
+    # each tensor's own state once, however many nodes read it; the shapes last, so that
+    # `same_structure` can tell a pass that only annotated shapes
     parts.append(tuple(_tensor_key(t) for t in tensors.values()))
+    parts.append(tuple(tuple(t.shape) if t.shape is not None else None
+                       for t in tensors.values()))
     return tuple(parts)
+
+
+def same_structure(a: tuple, b: tuple) -> bool:
+    """Whether two fingerprints differ at most in tensor shapes (a pass that inferred shapes
+    and rewrote nothing)."""
+    return a[:-1] == b[:-1]
 
 
 def _ids(ts: list[gs.Tensor], seen: dict[int, gs.Tensor]) -> tuple[int, ...]:
@@ -93,10 +102,9 @@ def _ids(ts: list[gs.Tensor], seen: dict[int, gs.Tensor]) -> tuple[int, ...]:
 
 
 def _tensor_key(t: gs.Tensor) -> tuple:
-    shape = tuple(t.shape) if t.shape is not None else None
     if isinstance(t, gs.Constant):
-        return (id(t), t.name, id(t._values), shape)
-    return (id(t), t.name, t.dtype, shape)  # compared with ==: a dtype or its type
+        return (id(t), t.name, id(t._values))
+    return (id(t), t.name, t.dtype)  # compared with ==: a dtype or its type
 
 
 def _attr_key(value: Any) -> Any:

@@ -40,6 +40,7 @@ from graphfix.graph import count_nodes, fingerprint, to_graph, to_model
 from graphfix.graph.protos import graph_protos
 from graphfix.graph.shapes import apply_inferred
 from graphfix.graph.skeleton import skeleton
+from graphfix.graph.walk import same_structure
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext
 from graphfix.passes.pipeline import Pipeline, PresetSpec
 from graphfix.report import (
@@ -301,6 +302,11 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
         after = fingerprint(graph)
         record.counts = dict(result.counts)
         record.notes = [str(n) for n in result.notes]
+        if after != before and not result.changed and same_structure(after, before):
+            # it inferred shapes and rewrote nothing (fold-constants does, and after a
+            # rollback every round would "change" the graph, never reaching a fixed point)
+            state.fingerprint = after
+            after = before
         if after != before and not _within_budget(pass_, ctx):
             state.roll_back()  # the pass's changes, all counted as one rewrite, are refused
             record.counts, record.notes = {}, [LIMIT_NOTE]

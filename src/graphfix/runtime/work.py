@@ -227,7 +227,9 @@ def _gs_value(tensor, depth: int = 0):
     import onnx_graphsurgeon as gs
 
     if isinstance(tensor, gs.Constant):
-        values = np.asarray(tensor.values)
+        from graphfix.graph import constant_value  # reads without caching (its docstring)
+
+        values = constant_value(tensor)
         return values.reshape(-1)[0].item() if values.size == 1 else None
     if len(tensor.inputs) != 1 or depth >= 8:
         return None
