@@ -181,6 +181,11 @@ class _Runner:
         self.rounds_run: dict[str, int] = {}
         self.removed: dict[str, str] = {}  # tensor -> the pass whose rewrite removed it
         self.notes: list[str] = list(self.verifier.notes)
+        if output_check.enabled and output_check.unstable:
+            self.notes.append(
+                "the check cannot judge " + ", ".join(
+                    f"'{name}' ({why})" for name, why in output_check.unstable.items())
+                + "; pass --data with real inputs to check them")
 
     def step(self, spec: str, pass_: Pass, preset: str = "", round_: int = 0) -> PassRecord:
         index = len(self.records)

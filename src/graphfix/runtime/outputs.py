@@ -28,7 +28,7 @@ from graphfix.runtime.compare import OutputDiff, compare_outputs, unstable
 from graphfix.runtime.failures import cannot_run
 from graphfix.runtime.feeds import DEFAULT_SEED, NoTestData, model_feeds
 from graphfix.runtime.session import run_model
-from graphfix.runtime.tolerances import FLOOR_FACTOR, tolerance_table
+from graphfix.runtime.tolerances import FLOOR_FACTOR, ILL_CONDITIONED, tolerance_table
 from graphfix.runtime.values import InputValue, with_values
 from graphfix.runtime.work import TooMuchWork
 
@@ -53,6 +53,9 @@ class CheckOutcome:
         if bad:
             return "outputs differ: " + "; ".join(d.describe() for d in bad)
         skipped = [d.name for d in self.diffs if d.not_compared]
+        if skipped and len(skipped) == len(self.diffs):
+            return ("not judged: every output is ill-conditioned on this sample "
+                    f"({', '.join(skipped)})")
         aside = f"; not compared, ill-conditioned on this sample: {', '.join(skipped)}" \
             if skipped else ""
         worst = self.max_abs
@@ -164,11 +167,12 @@ class OutputCheck:
         """The noise floor of each float output (module docstring); none when
         onnxruntime's optimized run fails (then only the scale-relative bound applies).
 
-        An output whose shape, or whose integer or boolean values, the optimized run
-        changes is ill-conditioned on this sample: a selection (NonMaxSuppression, TopK,
-        ArgMax) among values that tie to within rounding, typical of a model with random
-        weights. A correct rewrite changes it the same way, so it is not judged (the
-        verdict says so); every other output still is."""
+        An output whose shape, or integer or boolean values, the optimized run changes,
+        or a float output it moves by more than `ILL_CONDITIONED` of its scale, is
+        ill-conditioned on this sample: a selection (NonMaxSuppression, TopK, ArgMax)
+        among values that tie to within rounding, typical of a model with random weights.
+        A correct rewrite changes it the same way, so it is not judged (the verdict and
+        the run's notes say so); every other output still is."""
         assert self.reference is not None
         try:
             optimized = run_checkable(model, self.feeds, self.providers, basic=True)
@@ -186,6 +190,11 @@ class OutputCheck:
                 both = np.isfinite(ref) & np.isfinite(other)
                 diff = np.abs(ref[both].astype(np.float64) - other[both])
                 self.floors[name] = float(diff.max()) if diff.size else 0.0
+                scale = float(np.abs(ref[both]).max()) if diff.size else 0.0
+                if scale and self.floors[name] > ILL_CONDITIONED * scale:
+                    self.unstable[name] = (
+                        "ill-conditioned on this sample: onnxruntime's own optimizations "
+                        f"change it by {self.floors[name] / scale:.2g} of its scale")
             elif ref.dtype.kind in "iub" and not np.array_equal(ref, other):
                 changed = int(np.count_nonzero(ref != other))
                 self.unstable[name] = (f"ill-conditioned on this sample: onnxruntime's own "

@@ -70,6 +70,12 @@ class Tolerance:
 EXACT = Tolerance(0.0, 0.0, 0.0)
 FLOOR_FACTOR = 10.0
 
+ILL_CONDITIONED = 1e-3
+"""A float output whose noise floor exceeds this fraction of its scale is not judged on
+that sample (`runtime.outputs`): 100x the fp32 bound above, which a reordering of sums
+alone does not reach; a selection flipped by a near-tie (NMS, TopK) among its inputs
+does. Measured floors of correct models are 1e-7 of scale and below (docs/verdict.md)."""
+
 _BY_DTYPE: dict[str, Tolerance] = {
     "float64": Tolerance(0.0, 1e-300, 1e-12),
     "float32": Tolerance(0.0, 1e-7, 1e-5),
