@@ -33,11 +33,57 @@ def infer_shapes(graph: gs.Graph, clear: bool = False) -> int:
         model = gs.export_onnx(graph, do_type_check=False)
     inferred = onnx.shape_inference.infer_shapes(skeleton(model), data_prop=True)
     updated = apply_inferred(graph, inferred)
+    if any(_static_count(t.shape) < len(t.shape or ()) or t.shape is None
+           for t in _inner_variables(graph)):
+        symbolic = symbolic_shapes(inferred)
+        if symbolic is not None:
+            updated += apply_inferred(graph, symbolic)
     for g in all_graphs(graph):
         for t in g.outputs:
             if t.shape is None and outputs.get(id(t)) is not None:
                 t.shape = outputs[id(t)]
     return updated
+
+
+def symbolic_shapes(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """onnxruntime's symbolic shape inference of `model`, or None where it fails.
+
+    ONNX's inference names every dim it cannot compute afresh and computes no arithmetic
+    on dims (a Div, a Sqrt of a size); onnxruntime's (`onnxruntime.tools.
+    symbolic_shape_infer`, sympy underneath) keeps one symbol per input dim and does:
+    RAFT's correlation pyramid has 18 Shape nodes whose dims only it finds static at a
+    dynamic batch. `auto_merge` stays off: merging two unknown dims on a broadcast would
+    assume they are equal where one may be 1, so a conflict fails the inference
+    instead, and then ONNX's shapes stand alone."""
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+        with _quiet_logging():
+            return SymbolicShapeInference.infer_shapes(model, auto_merge=False,
+                                                       guess_output_rank=False)
+    except Exception:  # noqa: BLE001 - its asserts and sympy's errors all mean "no help"
+        return None
+
+
+def _quiet_logging():
+    """The symbolic inference logs warnings per node it cannot handle; not ours to print."""
+    import contextlib
+    import logging
+
+    @contextlib.contextmanager
+    def quiet():
+        logger = logging.getLogger("onnxruntime.tools.symbolic_shape_infer")
+        root = logging.getLogger()
+        levels = logger.level, root.level
+        logger.setLevel(logging.ERROR)
+        root.setLevel(max(root.level, logging.ERROR))
+        try:
+            yield
+        finally:
+            logger.setLevel(levels[0])
+            root.setLevel(levels[1])
+
+    return quiet()
 
 
 def apply_inferred(graph: gs.Graph, inferred: onnx.ModelProto) -> int:

@@ -1,0 +1,32 @@
+"""graph.shapes.infer_shapes: ONNX's inference, then onnxruntime's symbolic inference for
+the dims ONNX leaves unknown."""
+
+from __future__ import annotations
+
+from gfhelpers import parse
+
+from graphfix.graph import to_graph
+from graphfix.graph.shapes import infer_shapes, symbolic_shapes
+
+# RAFT-like: a Reshape target computed with arithmetic on a dim (width / 2)
+MODEL = '<ir_version: 8, opset_import: ["" : 17]>' + """
+g (float[N,16] x) => (float[?,?,?] y)
+  <int64[1] b = {1}, int64[1] e = {2}, int64[1] two = {2}, int64[1] m1 = {-1}> {
+    s = Shape(x)
+    w = Slice(s, b, e)
+    h = Div(w, two)
+    t = Concat<axis=0>(m1, h, two)
+    y = Reshape(x, t)
+}"""
+
+
+def test_arithmetic_on_dims_is_resolved_and_the_batch_keeps_its_name():
+    graph = to_graph(parse(MODEL))
+    infer_shapes(graph)
+    assert graph.tensors()["y"].shape == ["N", 8, 2]  # ONNX alone: [unk, unk, 2]
+
+
+def test_a_model_symbolic_inference_fails_on_gives_none():
+    model = parse(MODEL)
+    del model.graph.node[0]  # 's' now comes from nowhere
+    assert symbolic_shapes(model) is None
