@@ -54,13 +54,25 @@ def symbolic_shapes(model: onnx.ModelProto) -> onnx.ModelProto | None:
     RAFT's correlation pyramid has 18 Shape nodes whose dims only it finds static at a
     dynamic batch. `auto_merge` stays off: merging two unknown dims on a broadcast would
     assume they are equal where one may be 1, so a conflict fails the inference
-    instead, and then ONNX's shapes stand alone."""
-    try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    instead, and then ONNX's shapes stand alone.
 
+    Its `infer_shapes` entry point saves "sym_shape_infer_temp.onnx" into the current
+    directory when some shape stays unknown; graphfix writes no file a user did not ask
+    for, so this runs the same steps (its `_preprocess` / `_infer_impl` loop) and keeps
+    the partial result instead. Private methods: any change in them means no help here,
+    not an error."""
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference, get_opset
+
+        if (get_opset(model) or 0) < 7:
+            return None
         with _quiet_logging():
-            return SymbolicShapeInference.infer_shapes(model, auto_merge=False,
-                                                       guess_output_rank=False)
+            inference = SymbolicShapeInference(2**31 - 1, False, False, 0)
+            inference._preprocess(model)
+            while inference.run_:
+                inference._infer_impl()
+            inference._update_output_from_vi()
+        return inference.out_mp_
     except Exception:  # noqa: BLE001 - its asserts and sympy's errors all mean "no help"
         return None
 
