@@ -437,17 +437,15 @@ def render_markdown(path: Path, results: dict, meta: dict, profiles: dict,
                     lat: dict | None = None) -> None:
     analysis = f"{ANALYSIS_BEGIN}\n## Reading\n\n(not written yet)\n{ANALYSIS_END}"
     from zoo_render import BEGIN as ZOO_BEGIN
-    from zoo_render import END as ZOO_END
 
-    kept_zoo = ""  # bench/zoo.py's section, which this bench does not make
+    kept_zoo = ""  # bench/zoo.py's section and its reading after it: not this bench's
     if path.exists():
         old = path.read_text()
         if ANALYSIS_BEGIN in old and ANALYSIS_END in old:
             start = old.index(ANALYSIS_BEGIN)
             analysis = old[start:old.index(ANALYSIS_END) + len(ANALYSIS_END)]
-        if ZOO_BEGIN in old and ZOO_END in old:
-            start = old.index(ZOO_BEGIN)
-            kept_zoo = "\n\n" + old[start:old.index(ZOO_END) + len(ZOO_END)]
+        if ZOO_BEGIN in old:
+            kept_zoo = "\n\n" + old[old.index(ZOO_BEGIN):].rstrip()
     m = machine()
     tgt, misses = targets(results)
     notes = "\n".join(f"- `{t}`: {meta['tool_notes'][t]}" for t in meta["tools"])

@@ -41,3 +41,20 @@ def test_an_incomplete_inference_writes_no_file(tmp_path, monkeypatch):
     inferred = symbolic_shapes(model)
     assert list(tmp_path.iterdir()) == []
     assert inferred is None or inferred.graph.node[0].op_type == "Unknown"
+
+
+def test_graphs_with_control_flow_keep_onnx_shapes_alone(monkeypatch):
+    # onnxruntime's inference gives an If output one branch's shape; silero's VAD has Ifs
+    # whose branches differ in rank, and folding on such shapes broke its LSTM
+    from graphfix.graph import shapes
+
+    def called(model):
+        raise AssertionError("symbolic inference on a graph with an If")
+
+    monkeypatch.setattr(shapes, "symbolic_shapes", called)
+    graph = to_graph(parse('<ir_version: 8, opset_import: ["" : 17]>' + """
+    g (bool c, float[N,16] x) => (float[?,?] y) {
+        y = If(c) < then_branch = t () => (float[?,?] a) { a = Relu(x) },
+                    else_branch = e () => (float[?,?] b) { b = Neg(x) } >
+    }"""))
+    infer_shapes(graph)  # would raise if it asked onnxruntime's inference

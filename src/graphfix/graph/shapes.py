@@ -33,11 +33,12 @@ def infer_shapes(graph: gs.Graph, clear: bool = False) -> int:
         model = gs.export_onnx(graph, do_type_check=False)
     inferred = onnx.shape_inference.infer_shapes(skeleton(model), data_prop=True)
     updated = apply_inferred(graph, inferred)
-    if any(_static_count(t.shape) < len(t.shape or ()) or t.shape is None
-           for t in _inner_variables(graph)):
+    if not any(graph.subgraphs()) and any(
+            _static_count(t.shape) < len(t.shape or ()) or t.shape is None
+            for t in _inner_variables(graph)):
         symbolic = symbolic_shapes(inferred)
         if symbolic is not None:
-            updated += apply_inferred(graph, symbolic)
+            updated += apply_inferred(graph, symbolic, refine_only=True)
     for g in all_graphs(graph):
         for t in g.outputs:
             if t.shape is None and outputs.get(id(t)) is not None:
@@ -54,7 +55,9 @@ def symbolic_shapes(model: onnx.ModelProto) -> onnx.ModelProto | None:
     RAFT's correlation pyramid has 18 Shape nodes whose dims only it finds static at a
     dynamic batch. `auto_merge` stays off: merging two unknown dims on a broadcast would
     assume they are equal where one may be 1, so a conflict fails the inference
-    instead, and then ONNX's shapes stand alone.
+    instead, and then ONNX's shapes stand alone. Not used on graphs with If/Loop/Scan:
+    it gives an If output the shape of one branch, and silero's VAD has Ifs whose
+    branches differ in rank; folded on those shapes, its LSTM got a 4-D input.
 
     Its `infer_shapes` entry point saves "sym_shape_infer_temp.onnx" into the current
     directory when some shape stays unknown; graphfix writes no file a user did not ask
@@ -98,10 +101,14 @@ def _quiet_logging():
     return quiet()
 
 
-def apply_inferred(graph: gs.Graph, inferred: onnx.ModelProto) -> int:
+def apply_inferred(graph: gs.Graph, inferred: onnx.ModelProto, refine_only: bool = False
+                   ) -> int:
     """Copy shapes and dtypes from a shape-inferred export of `graph` onto its tensors:
     a shape where it is more static than what the tensor has, a dtype where the tensor
-    has none. Returns how many tensors changed."""
+    has none. Returns how many tensors changed.
+
+    `refine_only` (onnxruntime's symbolic shapes): only where the tensor's rank is known
+    and the same."""
     shapes, dtypes = {}, {}
     for g in graph_protos(inferred.graph):
         for vi in list(g.value_info) + list(g.output):
@@ -114,6 +121,8 @@ def apply_inferred(graph: gs.Graph, inferred: onnx.ModelProto) -> int:
     for t in _inner_variables(graph):
         new = shapes.get(t.name)
         changed = False
+        if refine_only and (new is None or t.shape is None or len(new) != len(t.shape)):
+            continue
         if new is not None and _static_count(new) > _static_count(t.shape):
             t.shape = new
             changed = True
