@@ -10,19 +10,20 @@ from graphfix.graph.shapes import infer_shapes, symbolic_shapes
 
 # RAFT-like: a Reshape target computed with arithmetic on a dim (width / 2)
 MODEL = '<ir_version: 8, opset_import: ["" : 17]>' + """
-g (float[N,16] x) => (float[?,?,?] y)
+g (float[N,16] x) => (float[?,?,?] y, int64[3] z)
   <int64[1] b = {1}, int64[1] e = {2}, int64[1] two = {2}, int64[1] m1 = {-1}> {
     s = Shape(x)
     w = Slice(s, b, e)
     h = Div(w, two)
     t = Concat<axis=0>(m1, h, two)
     y = Reshape(x, t)
+    z = Shape(y)
 }"""
 
 
 def test_arithmetic_on_dims_is_resolved_and_the_batch_keeps_its_name():
     graph = to_graph(parse(MODEL))
-    infer_shapes(graph)
+    infer_shapes(graph, symbolic=True)
     assert graph.tensors()["y"].shape == ["N", 8, 2]  # ONNX alone: [unk, unk, 2]
 
 
@@ -57,4 +58,18 @@ def test_graphs_with_control_flow_keep_onnx_shapes_alone(monkeypatch):
         y = If(c) < then_branch = t () => (float[?,?] a) { a = Relu(x) },
                     else_branch = e () => (float[?,?] b) { b = Neg(x) } >
     }"""))
-    infer_shapes(graph)  # would raise if it asked onnxruntime's inference
+    infer_shapes(graph, symbolic=True)  # would raise if it asked onnxruntime's inference
+
+
+def test_shapes_of_named_dims_only_skip_the_symbolic_inference(monkeypatch):
+    # it costs a second and sympy's memory; a Shape of [N, 16] gains nothing from it
+    from graphfix.graph import shapes
+
+    def called(model):
+        raise AssertionError("symbolic inference without a dim to find")
+
+    monkeypatch.setattr(shapes, "symbolic_shapes", called)
+    graph = to_graph(parse('<ir_version: 8, opset_import: ["" : 17]>' + """
+    g (float[N,16] x) => (int64[2] s) { r = Relu(x) s = Shape(r) }"""))
+    infer_shapes(graph, symbolic=True)
+    assert graph.tensors()["r"].shape == ["N", 16]

@@ -15,7 +15,7 @@ from graphfix.graph.walk import all_graphs
 Dim = int | str | None
 
 
-def infer_shapes(graph: gs.Graph, clear: bool = False) -> int:
+def infer_shapes(graph: gs.Graph, clear: bool = False, symbolic: bool = False) -> int:
     """Run ONNX shape inference (with data propagation) and store the shapes it finds.
 
     With `clear`, every tensor's shape except the graphs' inputs is dropped first, so
@@ -24,6 +24,11 @@ def infer_shapes(graph: gs.Graph, clear: bool = False) -> int:
     inferred shape only where that is more static than what it has. Inference runs
     on a weightless skeleton of the exported graph. Returns how many tensors got a
     new shape.
+
+    With `symbolic`, onnxruntime's symbolic inference refines what ONNX's leaves unknown
+    (`symbolic_shapes`) where a Shape or Size reads a dim that is neither static nor a
+    named dim of the graph inputs: it costs a second or so and sympy's memory (about
+    200 MiB), so only fold-constants asks, and only where it may fold more.
     """
     outputs = {id(t): t.shape for g in all_graphs(graph) for t in g.outputs}
     if clear:
@@ -33,9 +38,7 @@ def infer_shapes(graph: gs.Graph, clear: bool = False) -> int:
         model = gs.export_onnx(graph, do_type_check=False)
     inferred = onnx.shape_inference.infer_shapes(skeleton(model), data_prop=True)
     updated = apply_inferred(graph, inferred)
-    if not any(graph.subgraphs()) and any(
-            _static_count(t.shape) < len(t.shape or ()) or t.shape is None
-            for t in _inner_variables(graph)):
+    if symbolic and not any(graph.subgraphs()) and reads_unnamed_dims(graph):
         symbolic = symbolic_shapes(inferred)
         if symbolic is not None:
             updated += apply_inferred(graph, symbolic, refine_only=True)
@@ -44,6 +47,19 @@ def infer_shapes(graph: gs.Graph, clear: bool = False) -> int:
             if t.shape is None and outputs.get(id(t)) is not None:
                 t.shape = outputs[id(t)]
     return updated
+
+
+def reads_unnamed_dims(graph: gs.Graph) -> bool:
+    """Whether a Shape or Size of the main graph reads a tensor of unknown rank, or with
+    a dim neither static nor named after a graph input's dim."""
+    named = {d for t in graph.inputs for d in (t.shape or ()) if isinstance(d, str)}
+    for node in graph.nodes:
+        if node.op in ("Shape", "Size") and node.inputs:
+            shape = node.inputs[0].shape
+            if shape is None or any(d is None or (isinstance(d, str) and d not in named)
+                                    for d in shape):
+                return True
+    return False
 
 
 def symbolic_shapes(model: onnx.ModelProto) -> onnx.ModelProto | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import all_graphs, count_nodes, is_graph_output, is_onnx
-from graphfix.graph.shapes import infer_shapes
+from graphfix.graph.shapes import infer_shapes, reads_unnamed_dims
 from graphfix.passes._fold_eval import (
     excluded,
     fold_node_by_node,
@@ -54,12 +54,12 @@ class FoldConstants(Pass):
         from onnx_graphsurgeon.logger import G_LOGGER
 
         before = count_nodes(graph)
-        if self.options.shapes and any(
-            t.shape is None for t in _shape_inputs(graph)
-        ):
+        if self.options.shapes and (any(t.shape is None for t in _shape_inputs(graph))
+                                    or reads_unnamed_dims(graph)):
             # gs folds Shape only where the graph already knows the shape; exporters
-            # often write none for intermediates, so infer them first.
-            infer_shapes(graph)
+            # often write none for intermediates, so infer them first (symbolically too
+            # where dims are computed by arithmetic, RAFT: graph.shapes.symbolic_shapes)
+            infer_shapes(graph, symbolic=True)
         if not _has_candidates(graph, self.options.shapes):
             return PassResult(changed=False, notes=[Note(
                 "graph", "no node has only constant inputs, and no Shape reads a known dim")])
