@@ -148,7 +148,7 @@ def main(spec_path: str) -> int:
         reference = run(spec["model"], feeds)
         result["reference_shapes"] = {n: list(v.shape) for n, v in zip(*reference, strict=True)}
     except Exception as err:  # the original itself cannot run: structure only
-        reference, result["reference_error"] = None, _line(err)
+        reference, result["reference_error"] = None, error_line(err)
     for tool, path in spec["outputs"].items():
         entry: dict = {}
         try:
@@ -156,13 +156,14 @@ def main(spec_path: str) -> int:
             if reference is not None:
                 entry["max_abs"], entry["note"] = max_abs_diff(reference, run(path, feeds))
         except Exception as err:  # one bad output must not lose the others
-            entry["error"] = _line(err)
+            entry["error"] = error_line(err)
         result["tools"][tool] = entry
     print("BENCH_EVAL " + json.dumps(result), flush=True)
     return 0
 
 
-def _line(err: Exception) -> str:
+def error_line(err: Exception) -> str:
+    """An exception as one line of at most 300 characters, its type first."""
     text = str(err).strip() or type(err).__name__
     return f"{type(err).__name__}: {text.splitlines()[0][:300]}"
 

@@ -24,7 +24,7 @@ import sys
 
 import numpy as np
 import onnx
-from evaluate import op_counts, run  # bench/ is sys.path[0]
+from evaluate import error_line, op_counts, run  # bench/ is sys.path[0]
 
 from graphfix.doctor import ERROR, diagnose
 from graphfix.runtime.feeds import graph_inputs, model_feeds, resolve_shapes
@@ -40,7 +40,7 @@ def structure(path: str, target) -> dict:
         onnx.checker.check_model(path)
         checker = "ok"
     except Exception as err:  # the verdict is data here
-        checker = _line(err)
+        checker = error_line(err)
     errors = diagnose(model, target).by_severity(ERROR)
     rejected = sorted({f.op or f"[{f.rule}]" for f in errors})
     return {"nodes": sum(ops.values()), "bn": ops["BatchNormalization"],
@@ -83,7 +83,7 @@ def main(spec_path: str) -> int:
     try:
         reference = run(spec["model"], feeds)
     except Exception as err:  # the original itself cannot run: structure only
-        reference, result["reference_error"] = None, _line(err)
+        reference, result["reference_error"] = None, error_line(err)
     for label, path in spec["outputs"].items():
         entry: dict = {}
         try:
@@ -91,15 +91,10 @@ def main(spec_path: str) -> int:
             if reference is not None:
                 entry.update(compare(reference, run(path, feeds)))
         except Exception as err:  # one bad output must not lose the others
-            entry["error"] = _line(err)
+            entry["error"] = error_line(err)
         result["outputs"][label] = entry
     print("BENCH_EVAL " + json.dumps(result), flush=True)
     return 0
-
-
-def _line(err: Exception) -> str:
-    text = str(err).strip() or type(err).__name__
-    return f"{type(err).__name__}: {text.splitlines()[0][:300]}"
 
 
 if __name__ == "__main__":
