@@ -7,12 +7,14 @@ import time
 from collections import Counter
 
 import onnx
+import pytest
 from doctorhelpers import model, vi
 from onnx import TensorProto as TP
 from onnx import helper
 
 from graphfix.doctor import diagnose, engine
 from graphfix.doctor.engine import Rule
+from graphfix.errors import InternalError
 from graphfix.trt import parse_target
 
 F = TP.FLOAT
@@ -95,3 +97,10 @@ def test_no_rule_fails_on_the_shared_models_for_any_documented_version(shared_mo
         for version in documented_versions():
             d = diagnose(loaded, parse_target(version))
             assert [f for f in d.findings if f.rule == "internal"] == [], (name, version)
+
+
+def test_an_unknown_rule_name_is_an_error_not_an_empty_run():
+    # a typo in only=[...] ran no rule and said "will parse: yes"
+    empty = helper.make_model(helper.make_graph([], "g", [], []))
+    with pytest.raises(InternalError, match="names no rule: qdk; the rules are: "):
+        diagnose(empty, parse_target("10"), only=["qdk"])

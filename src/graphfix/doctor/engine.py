@@ -13,6 +13,7 @@ import onnx
 from graphfix.doctor import rules_ops, rules_shapes
 from graphfix.doctor.findings import SEVERITIES, WARN, Diagnosis, Finding, grouped
 from graphfix.doctor.view import ModelView
+from graphfix.errors import InternalError
 from graphfix.trt import TrtTarget
 
 Check = Callable[[ModelView, TrtTarget], Iterable[Finding]]
@@ -61,6 +62,10 @@ def diagnose(model: onnx.ModelProto, target: TrtTarget, name: str = "model",
     start = time.perf_counter()
     diagnosis = Diagnosis(name, target.label(), target.note, target.version)
     wanted = set(only) if only is not None else None
+    unknown = sorted(wanted - {r.name for r in rules()}) if wanted is not None else []
+    if unknown:  # a typo would run no rule and say "will parse: yes"
+        raise InternalError(f"diagnose(only=...) names no rule: {', '.join(unknown)}; the "
+                            f"rules are: {', '.join(r.name for r in rules())}")
     findings: list[Finding] = []
     try:
         view = ModelView.of(model)
