@@ -160,3 +160,15 @@ def _detectors():
     import detectors
 
     return detectors
+
+
+def test_every_fix_explain_names_is_a_registered_pass():
+    # fix texts are plain strings: a renamed pass would leave them pointing nowhere
+    from graphfix import explain as explain_module
+    from graphfix.passes.registry import REGISTRY
+
+    fixes = [fix for _, fix in explain_module._IN_THE_WAY.values()]
+    fixes += list(explain_module._SCALE_OPS.values())
+    named = {fix.split(",")[0].split()[0] for fix in fixes}
+    assert named <= set(REGISTRY), named - set(REGISTRY)
+    assert named == {"fold-bn", "eliminate-noops", "fuse-conv-mul", "fuse-conv-bias"}
