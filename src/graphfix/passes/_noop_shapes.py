@@ -117,6 +117,27 @@ def rank_of(tensor: gs.Tensor) -> int | None:
     return len(tensor.shape) if tensor.shape is not None else None
 
 
+def broadcast_refusal(x: gs.Tensor, shape: list[int]) -> str | None:
+    """Why a constant of `shape` may broadcast `x` to a larger shape, None if it cannot
+    (x + c, x * c, Max(x, c) then have x's shape)."""
+    if not shape:
+        return None
+    rank = rank_of(x)
+    if rank is None or rank < len(shape):
+        return (
+            f"shape unknown: its constant of rank {len(shape)} may add dimensions "
+            "to an input of unknown rank" if rank is None
+            else f"its constant of rank {len(shape)} adds dimensions to an input of rank {rank}"
+        )
+    dims = list(x.shape)[rank - len(shape):]
+    for axis, (dim, size) in enumerate(zip(dims, shape, strict=True), rank - len(shape)):
+        if size != 1 and dim != size:
+            return (f"shape unknown: its constant has {size} on axis {axis}, which may "
+                    f"broadcast the input's {dim}" if not isinstance(dim, int)
+                    else f"its constant broadcasts axis {axis} from {dim} to {size}")
+    return None
+
+
 def static_shape(dims: Sequence | None) -> tuple[int, ...] | None:
     if dims is None or not all(isinstance(d, int) and d >= 0 for d in dims):
         return None

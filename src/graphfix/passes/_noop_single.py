@@ -16,10 +16,10 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import constant_value
 from graphfix.passes._noop_shapes import (
+    broadcast_refusal,
     clamp_index,
     elem_type,
     expand_keeps,
-    rank_of,
     shape_text,
     slice_params,
     static_shape,
@@ -116,28 +116,8 @@ def arithmetic(node: gs.Node, view: View) -> Plan | str | None:
     value = constant_value(c)
     if value is None or not np.all(value == neutral):
         return None
-    return _broadcast_refusal(x, shape) or Plan(
+    return broadcast_refusal(x, shape) or Plan(
         f"removed {node.op} of the neutral constant {neutral}", source=x)
-
-
-def _broadcast_refusal(x: gs.Tensor, shape: list[int]) -> str | None:
-    """Why a constant of `shape` may broadcast `x` to a larger shape, None if it cannot."""
-    if not shape:
-        return None
-    rank = rank_of(x)
-    if rank is None or rank < len(shape):
-        return (
-            f"shape unknown: its constant of rank {len(shape)} may add dimensions "
-            "to an input of unknown rank" if rank is None
-            else f"its constant of rank {len(shape)} adds dimensions to an input of rank {rank}"
-        )
-    dims = list(x.shape)[rank - len(shape):]
-    for axis, (dim, size) in enumerate(zip(dims, shape, strict=True), rank - len(shape)):
-        if size != 1 and dim != size:
-            return (f"shape unknown: its constant has {size} on axis {axis}, which may "
-                    f"broadcast the input's {dim}" if not isinstance(dim, int)
-                    else f"its constant broadcasts axis {axis} from {dim} to {size}")
-    return None
 
 
 def _small_constant_shape(tensor: gs.Tensor) -> list[int] | None:

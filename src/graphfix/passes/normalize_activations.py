@@ -49,6 +49,7 @@ from graphfix.graph import (
     replace_in,
 )
 from graphfix.passes._hard_activations import hard_sigmoid, hard_swish
+from graphfix.passes._noop_shapes import broadcast_refusal
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
 
 _FLT_MAX = float(np.finfo(np.float32).max)  # Clip-6's default max
@@ -256,19 +257,9 @@ def _check_max(node: gs.Node, opset: int) -> _Plan | str | None:
     dtype = _dtype(x)
     if dtype is not None and dtype != zero.dtype:
         return f"its zero is {zero.dtype.name} but x is {dtype.name}"
-    if not _keeps_shape(zero.shape, x.shape):
+    if broadcast_refusal(x, list(zero.shape)) is not None:
         return "its zero constant may broadcast x to a larger shape, which Relu would not"
     return _relu_unsupported(zero.dtype, opset) or _Plan("Relu", x, _MAX)
-
-
-def _keeps_shape(shape: tuple[int, ...], x_shape) -> bool:
-    """Whether broadcasting a constant of `shape` against x leaves x's shape unchanged."""
-    if not shape:
-        return True
-    if x_shape is None or len(shape) > len(x_shape):
-        return False
-    tail = list(x_shape)[len(x_shape) - len(shape) :]
-    return all(c == 1 or c == d for c, d in zip(shape, tail, strict=True))
 
 
 # ----------------------------------------------------------------------------- Mul
