@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
@@ -39,9 +42,9 @@ def infer_shapes(graph: gs.Graph, clear: bool = False, symbolic: bool = False) -
     inferred = onnx.shape_inference.infer_shapes(skeleton(model), data_prop=True)
     updated = apply_inferred(graph, inferred)
     if symbolic and not any(graph.subgraphs()) and reads_unnamed_dims(graph):
-        symbolic = symbolic_shapes(inferred)
-        if symbolic is not None:
-            updated += apply_inferred(graph, symbolic, refine_only=True)
+        refined = symbolic_shapes(inferred)
+        if refined is not None:
+            updated += apply_inferred(graph, refined, refine_only=True)
     for g in all_graphs(graph):
         for t in g.outputs:
             if t.shape is None and outputs.get(id(t)) is not None:
@@ -96,25 +99,19 @@ def symbolic_shapes(model: onnx.ModelProto) -> onnx.ModelProto | None:
         return None
 
 
+@contextlib.contextmanager
 def _quiet_logging():
     """The symbolic inference logs warnings per node it cannot handle; not ours to print."""
-    import contextlib
-    import logging
-
-    @contextlib.contextmanager
-    def quiet():
-        logger = logging.getLogger("onnxruntime.tools.symbolic_shape_infer")
-        root = logging.getLogger()
-        levels = logger.level, root.level
-        logger.setLevel(logging.ERROR)
-        root.setLevel(max(root.level, logging.ERROR))
-        try:
-            yield
-        finally:
-            logger.setLevel(levels[0])
-            root.setLevel(levels[1])
-
-    return quiet()
+    logger = logging.getLogger("onnxruntime.tools.symbolic_shape_infer")
+    root = logging.getLogger()
+    levels = logger.level, root.level
+    logger.setLevel(logging.ERROR)
+    root.setLevel(max(root.level, logging.ERROR))
+    try:
+        yield
+    finally:
+        logger.setLevel(levels[0])
+        root.setLevel(levels[1])
 
 
 def apply_inferred(graph: gs.Graph, inferred: onnx.ModelProto, refine_only: bool = False
