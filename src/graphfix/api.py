@@ -7,21 +7,23 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from graphfix import io, provenance, weights
+from graphfix import io, provenance, runfiles, weights
 from graphfix.errors import GraphfixError
 from graphfix.passes.base import PassContext, RewriteBudget
 from graphfix.passes.bisect import Bisection, ProbeOutcome, bisect_rewrites
 from graphfix.passes.defaults import default_pipeline
 from graphfix.passes.manager import PassCallback, run_pipeline
 from graphfix.passes.pipeline import Pipeline, parse_pipeline
-from graphfix.report import Report
+from graphfix.report import FileRef, Report
 from graphfix.runtime.feeds import (
     DEFAULT_SEED,
     NoTestData,
@@ -32,18 +34,32 @@ from graphfix.runtime.feeds import (
 from graphfix.runtime.outputs import OutputCheck
 from graphfix.runtime.values import InputValue
 
+if TYPE_CHECKING:
+    from graphfix.doctor import Diagnosis
+    from graphfix.writeset import WriteSet
+
 ModelLike = onnx.ModelProto | str | os.PathLike
 
 
 @dataclass
 class Result:
-    """The rewritten model and the report of how it got there; `artifacts`: side models
-    passes made, by pass name (split-nms: a `graphfix.nms.SplitModel`, the NMS part
-    and its manifest; `graphfix.nms.save_split` writes them beside the model)."""
+    """What `run` did: the rewritten model and the report of how it got there.
+
+    `artifacts`: side models passes made, by pass name (split-nms: a
+    `graphfix.nms.SplitModel`, the NMS part and its manifest; with `output` they are
+    written beside it). `diagnosis`: with `trt`, `graphfix.doctor`'s findings on the
+    result. `written`: a line per side file written (split-nms, `dump_after`), and what
+    `dump_after` could not write."""
 
     model: onnx.ModelProto
     report: Report
     artifacts: dict[str, Any] = field(default_factory=dict)
+    diagnosis: Diagnosis | None = None
+    written: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report, schema graphfix.run/1 (what `graphfix run --json` prints)."""
+        return self.report.to_json()
 
 
 def run(
@@ -54,23 +70,33 @@ def run(
     data: str | os.PathLike | None = None,
     input_values: Mapping[str, InputValue] | None = None,
     seed: int = DEFAULT_SEED,
-    providers: Sequence[str] = ("cpu",),
+    providers: str | Sequence[str] = ("cpu",),
     on_pass_start: Callable[[int, str], None] | None = None,
     on_pass_done: PassCallback | None = None,
     trt: str | None = None,
     max_rewrites: int | None = None,
     plugin_rules: Sequence[str | os.PathLike] = (),
+    *,
+    explain: bool = False,
+    output: str | os.PathLike | None = None,
+    report: str | os.PathLike | None = None,
+    dump_after: str | None = None,
+    external_data: bool | None = None,
+    in_place: bool = False,
 ) -> Result:
-    """Run a pipeline of passes, verifying after each (see `graphfix.passes.manager`).
+    """Run a pipeline of passes, verifying after each (see `graphfix.passes.manager`):
+    `graphfix run` (docs/run.md) is this function and printing.
 
     `model` is a ModelProto (not modified) or a path. With `check`, outputs are
     compared with the original's after every pass on seeded random inputs (see
     `graphfix.runtime.feeds`: `input_values` fixes inputs, {"sr": 16000}), or on the
     first sample of `data` (anything `graphfix calibrate --data` reads); dynamic dims
     come from the data, else `input_shapes`, else axis 0 = 1, else a GraphfixError says
-    what to pass.
+    what to pass. `providers`: onnxruntime's, "cuda,cpu" or a sequence
+    (`runtime.session.provider_names`).
     `trt` names the TensorRT version the model is prepared for ("8.6", "10", ...):
-    passes that depend on it (detect-unsupported) read it from their context. `passes`
+    passes that depend on it (detect-unsupported) read it from their context, and the
+    result is diagnosed for it (`Result.diagnosis`, the report's `doctor`). `passes`
     None is the default pipeline: `trt-prep`, and with `trt` first `migrate-plugins`,
     `lower-unsupported` and `substitute-plugins{needed-only=true}`
     (`graphfix.passes.defaults`). `plugin_rules` are user rule files (.py is executed,
@@ -78,17 +104,92 @@ def run(
     `max_rewrites` applies only the first N rewrites of the whole run (numbered in
     order over every pass, see `graphfix.passes.base.RewriteBudget`); the report lists
     them. `bisect` finds the first one that breaks the numbers.
+    `explain`: the report's `explain` section (Conv chains TensorRT fuses, NMS regions;
+    `graphfix.explain`).
+    Files, all claimed before any work and written together at the end, or none
+    (`graphfix.writeset`): `output` the model (`external_data` None: in a .data file only
+    over 2 GB; `in_place` lets it replace the input), with split-nms's parts beside it;
+    `report` the JSON report; `dump_after` (a pass name or "all", needs `output`) the
+    model after that pass, and the model a rolled-back pass produced.
     The output model's provenance (`graphfix.provenance`) is composed with the input's.
     A path is loaded with its large external weights left in their file (`io.load`
     with `weights=False`, `graphfix.weights`): passes read those they rewrite, the
     checks' onnxruntime maps the file, and the result's weights are read into it at
     the end, so `Result.model` is self-contained (docs/large-models.md).
     """
-    prepared = _prepare(model, passes, check, input_shapes, data, input_values, seed,
-                        providers, trt, plugin_rules)
-    result = _execute(prepared, max_rewrites, on_pass_start, on_pass_done)
-    result.model = _with_weights(result.model, prepared.source)
+    from graphfix.runtime.session import provider_names
+    from graphfix.writeset import Given, WriteSet
+
+    path = None if isinstance(model, onnx.ModelProto) else Path(model)
+    given = [Given(path, "the input model", model=True) if path else None,
+             Given(data, "--data") if data else None,
+             *(Given(p, "--plugin-rules") for p in plugin_rules)]
+    with WriteSet(given) as files:
+        pipeline = _pipeline(passes, trt)
+        out = _claim_outputs(files, pipeline, path, output, report, dump_after, in_place)
+        providers = provider_names(providers)  # a usage error before any work
+        source = io.load(path, weights=False) if path else model
+        written: list[str] = []
+        if dump_after:
+            on_pass_done = runfiles.dumper(out, dump_after, files, written, on_pass_done)
+        prepared = _prepare(source, pipeline, check, input_shapes, data, input_values, seed,
+                            providers, trt, plugin_rules)
+        result = _execute(prepared, max_rewrites, on_pass_start, on_pass_done)
+        result.model = _with_weights(result.model, prepared.source)
+        result.written = written
+        _review(result, prepared, explain, name=str(out or path or "model"))
+        result.report.input = FileRef(str(path)) if path else None
+        if out is not None:
+            staged = files.model(result.model, out, external_data=external_data,
+                                 replaces=path if in_place else None)
+            result.report.output = FileRef(str(out), staged)
+            result.written[:0] = runfiles.save_split(result.artifacts, out, files)
+        if report is not None:
+            files.text(report, json.dumps(result.report.to_json(), indent=2) + "\n",
+                       "--report")
+        files.commit()
     return result
+
+
+def _pipeline(passes: str | Pipeline | None, trt: str | None) -> Pipeline:
+    if passes is None:
+        passes = default_pipeline(trt)
+    return passes if isinstance(passes, Pipeline) else parse_pipeline(passes)
+
+
+def _claim_outputs(files: WriteSet, pipeline: Pipeline, path: Path | None,
+                   output: str | os.PathLike | None, report: str | os.PathLike | None,
+                   dump_after: str | None, in_place: bool) -> Path | None:
+    """Check and claim run's output files before any work; the output model's path."""
+    runfiles.check_dump_after(dump_after, pipeline)
+    if dump_after and output is None:
+        raise GraphfixError("dump_after needs an output path",
+                            "the dumped models are written beside the output",
+                            "give output= (the CLI always has one)")
+    files.claim(report, "--report")
+    if output is None:
+        return None
+    out = Path(output)
+    io.check_output_path(out, input_path=path, in_place=in_place)
+    files.claim(out, "the output model", model=True, replaces=path if in_place else None)
+    runfiles.claim_split(pipeline, out, files)
+    return out
+
+
+def _review(result: Result, prepared: _Prepared, explain: bool, name: str) -> None:
+    """The report's explain section (with `explain`) and doctor's diagnosis of the result
+    for the target (with `trt`)."""
+    report = result.report
+    if explain:
+        from graphfix.explain import explain_change
+
+        report.explain = explain_change(prepared.source, result.model, prepared.trt,
+                                        prepared.shapes)
+    if prepared.trt is not None:
+        from graphfix.doctor import diagnose
+
+        result.diagnosis = diagnose(result.model, prepared.trt, name=name)
+        report.doctor = result.diagnosis.to_json()
 
 
 @dataclass
@@ -109,9 +210,7 @@ def _prepare(model: ModelLike, passes: str | Pipeline | None, check: bool,
              input_values: Mapping[str, InputValue] | None, seed: int,
              providers: Sequence[str], trt: str | None,
              plugin_rules: Sequence[str | os.PathLike] = ()) -> _Prepared:
-    if passes is None:
-        passes = default_pipeline(trt)
-    pipeline = passes if isinstance(passes, Pipeline) else parse_pipeline(passes)
+    pipeline = _pipeline(passes, trt)
     rules: list[Any] = []
     if plugin_rules:
         from graphfix.plugins.user import load_rules
@@ -162,16 +261,27 @@ def bisect(
     model: ModelLike,
     passes: str | Pipeline | None = None,
     on_probe: Callable[[ProbeOutcome], None] | None = None,
+    *,
+    output: str | os.PathLike | None = None,
+    report: str | os.PathLike | None = None,
+    in_place: bool = False,
     **run_options: Any,
 ) -> Bisection:
     """Find the first rewrite of the run whose application breaks the output check,
-    by binary search over `max_rewrites` (see `graphfix.passes.bisect`).
+    by binary search over `max_rewrites` (see `graphfix.passes.bisect`):
+    `graphfix run --bisect`.
 
     `run_options` are `run`'s other keyword arguments (input shapes, data, seed, ...),
     used by every probe; the check is always on, and prepared once (the original runs
     once, not once per probe). The result's model has only the rewrites before the
-    culprit (all of them when none breaks the numbers).
+    culprit (all of them when none breaks the numbers); `output` writes it, `report`
+    the report of its run (both claimed before any work, as in `run`).
     """
+    if run_options.pop("dump_after", None):
+        raise GraphfixError("--dump-after and --bisect were both given",
+                            "bisect runs the pipeline many times, each with another limit",
+                            "bisect first; it prints the --max-rewrites --dump-after command "
+                            "that writes the rejected model")
     if not run_options.pop("check", True):
         raise GraphfixError("Cannot bisect without the output check", "--no-check was given",
                             "drop --no-check: bisect looks for the rewrite the check rejects")
@@ -187,15 +297,32 @@ def bisect(
     if unknown:
         raise TypeError(f"bisect() got unexpected keyword arguments {sorted(unknown)}")
     options.update(run_options)
-    prepared = _prepare(model, passes, True, **options)  # the original runs once
+    from graphfix.runtime.session import provider_names
+    from graphfix.writeset import Given, WriteSet
 
-    def probe(limit: int | None) -> tuple[onnx.ModelProto, Report]:
-        budget = _EVERY_REWRITE if limit is None else limit
-        result = _execute(prepared, budget, **hooks)
-        return result.model, result.report
+    path = None if isinstance(model, onnx.ModelProto) else Path(model)
+    given = [Given(path, "the input model", model=True) if path else None,
+             Given(options["data"], "--data") if options["data"] else None]
+    with WriteSet(given) as files:
+        pipeline = _pipeline(passes, options["trt"])
+        out = _claim_outputs(files, pipeline, path, output, report, None, in_place)
+        options["providers"] = provider_names(options["providers"])
+        source = io.load(path, weights=False) if path else model
+        prepared = _prepare(source, pipeline, True, **options)  # the original runs once
 
-    found = bisect_rewrites(probe, on_probe)
-    found.model = _with_weights(found.model, prepared.source)
+        def probe(limit: int | None) -> tuple[onnx.ModelProto, Report]:
+            budget = _EVERY_REWRITE if limit is None else limit
+            result = _execute(prepared, budget, **hooks)
+            return result.model, result.report
+
+        found = bisect_rewrites(probe, on_probe)
+        found.model = _with_weights(found.model, prepared.source)
+        if out is not None:
+            files.model(found.model, out, replaces=path if in_place else None)
+        if report is not None:
+            files.text(report, json.dumps(found.report.to_json(), indent=2) + "\n",
+                       "--report")
+        files.commit()
     return found
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import sys
 from dataclasses import asdict, dataclass, field, fields, replace
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -12,14 +13,26 @@ if TYPE_CHECKING:
 
     from graphfix.passes.base import Rewrite
 
-APPLIED = "applied"
-UNCHANGED = "unchanged"
-ROLLED_BACK = "rolled back"
 
-# Why a pass was rolled back (PassRecord.rollback_cause).
-RAISED = "raised"  # the pass (or exporting its graph) raised: there is no candidate model
-INVALID = "invalid"  # onnx.checker or shape inference rejects the candidate
-NUMBERS = "numbers"  # the candidate's outputs differ from the original's
+
+class PassStatus(StrEnum):
+    """What became of one pass run (a str: the JSON report holds the value)."""
+
+    APPLIED = "applied"
+    UNCHANGED = "unchanged"
+    ROLLED_BACK = "rolled back"
+
+
+class RollbackCause(StrEnum):
+    """Why a pass was rolled back (PassRecord.rollback_cause)."""
+
+    RAISED = "raised"  # the pass (or exporting its graph) raised: there is no candidate model
+    INVALID = "invalid"  # onnx.checker or shape inference rejects the candidate
+    NUMBERS = "numbers"  # the candidate's outputs differ from the original's
+
+
+APPLIED, UNCHANGED, ROLLED_BACK = PassStatus
+RAISED, INVALID, NUMBERS = RollbackCause
 
 _TOOLS = ("graphfix", "onnx", "onnx-graphsurgeon", "onnxruntime", "polygraphy", "numpy")
 
@@ -30,7 +43,7 @@ class PassRecord:
 
     index: int
     spec: str
-    status: str
+    status: PassStatus
     seconds: float
     nodes_before: int
     nodes_after: int
@@ -42,7 +55,7 @@ class PassRecord:
     traceback: str = ""
     preset: str = ""
     round: int = 0
-    rollback_cause: str = ""  # RAISED, INVALID or NUMBERS when rolled back
+    rollback_cause: RollbackCause | str = ""  # a RollbackCause when rolled back
     rejected: onnx.ModelProto | None = field(default=None, repr=False, compare=False)
     """The model the pass produced when it was rolled back after exporting one (INVALID,
     NUMBERS): what `--dump-after` writes as REJECTED. Never in the JSON report."""
@@ -75,6 +88,27 @@ class CheckInfo:
 
 
 @dataclass
+class FileRef:
+    """A model file a run read or wrote: `path` as given, `written` where its bytes are
+    (the same path; a temporary until a write set commits). The sha256 is read when the
+    JSON is made, not before: a run that prints no JSON never hashes 350 MB."""
+
+    path: str
+    written: str = ""
+    _sha256: str = field(default="", repr=False)
+
+    def to_json(self) -> dict[str, str]:
+        if not self._sha256:
+            import os
+
+            from graphfix.io import sha256_file
+
+            staged = self.written and os.path.exists(self.written)
+            self._sha256 = sha256_file(self.written if staged else self.path)
+        return {"path": self.path, "sha256": self._sha256}
+
+
+@dataclass
 class Report:
     pipeline: str
     passes: list[PassRecord]
@@ -86,8 +120,8 @@ class Report:
     explain: dict[str, Any] = field(default_factory=dict)
     doctor: dict[str, Any] = field(default_factory=dict)  # graphfix.doctor/1, with --trt
     seconds: float = 0.0
-    input: dict[str, Any] = field(default_factory=dict)
-    output: dict[str, Any] = field(default_factory=dict)
+    input: FileRef | None = None  # the model file read (None: the caller gave a ModelProto)
+    output: FileRef | None = None  # the model file written (None: not written)
     rewrite_limit: int | None = None  # --max-rewrites; the two below only with a budget
     rewrites: list[Rewrite] = field(default_factory=list)  # every rewrite the budget allowed
 
@@ -104,8 +138,10 @@ class Report:
         return self.passes[-1].nodes_after if self.passes else 0
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(replace(self, passes=[]))  # records hold models: not deep-copied
+        data = asdict(replace(self, passes=[], input=None, output=None))  # records hold models
         data["passes"] = [p.to_json() for p in self.passes]
+        data["input"] = self.input.to_json() if self.input else {}
+        data["output"] = self.output.to_json() if self.output else {}
         data["schema"] = "graphfix.run/1"
         data["nodes_before"] = self.nodes_before
         data["nodes_after"] = self.nodes_after

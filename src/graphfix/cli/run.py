@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 from typing import Optional
 
-import onnx
 import typer
 
 from graphfix.cli.common import (
@@ -22,14 +21,9 @@ from graphfix.cli.common import (
 )
 from graphfix.errors import GraphfixError
 from graphfix.passes.defaults import DEFAULT_PIPELINE, TRT_PIPELINE, default_pipeline
-from graphfix.report import PassRecord, Report
+from graphfix.report import Report
+from graphfix.runfiles import default_output
 from graphfix.runtime.feeds import DEFAULT_SEED, parse_input_shape
-from graphfix.runtime.session import provider_names
-
-
-def default_output(model: Path) -> Path:
-    """`<stem>.graphfix.onnx` beside the input."""
-    return model.with_name(f"{model.stem}.graphfix.onnx")
 
 
 def run_command(
@@ -111,179 +105,90 @@ def run_command(
     ),
 ) -> None:
     """Rewrite MODEL with a pipeline of passes, verifying the numbers after each pass."""
-    from graphfix import api, io
-    from graphfix.explain import explain_change
+    from graphfix import api
     from graphfix.passes.pipeline import parse_pipeline
-    from graphfix.writeset import Given, WriteSet
 
-    given = [Given(model, "the input model", model=True), Given(data, "--data") if data
-             else None, *(Given(p, "--plugin-rules") for p in plugin_rules or ())]
-    with user_errors(ctx), WriteSet(given) as files:
+    with user_errors(ctx):
         from graphfix.cli.doctor import FAIL_ON
 
         if fail_on not in FAIL_ON:
             raise GraphfixError(f"--fail-on {fail_on!r} is not a severity",
                                 "run exits 1 when the result has a doctor finding at or above "
                                 "it", f"use one of: {', '.join(FAIL_ON)}")
-        out = output or default_output(model)
         pipeline = parse_pipeline(passes if passes is not None else default_pipeline(trt))
-        if dump_after and dump_after != "all":
-            names = {s.name for s in pipeline.pass_specs()} | {str(s) for s in
-                                                              pipeline.pass_specs()}
-            if dump_after not in names:
-                raise GraphfixError(
-                    f"--dump-after names '{dump_after}', which is not in the pipeline",
-                    f"the pipeline is {pipeline}",
-                    "name one of its passes, or use --dump-after all",
-                )
-        io.check_output_path(out, input_path=model, in_place=in_place)
-        if not bisect or output is not None:
-            files.claim(out, "the output model", model=True,
-                        replaces=model if in_place else None)
-        files.claim(report, "--report")
-        if not bisect and any(spec.name == "split-nms" for spec in pipeline.pass_specs()):
-            from graphfix.nms.chain import split_paths
-
-            parts = split_paths(out)  # claimed now: a clash is found before any work
-            files.claim(parts.nms, "split-nms's NMS model", model=True)
-            files.claim(parts.manifest, "split-nms's manifest")
-        ort_providers = provider_names(providers)  # a usage error before any work
-        source = io.load(model, weights=False)  # large weights stay in their file
         shapes = dict(parse_input_shape(s) for s in input_shape or [])
+        options = dict(check=check, input_shapes=shapes, data=data,
+                       input_values=input_values(input_value), seed=seed,
+                       providers=providers, trt=trt, max_rewrites=max_rewrites,
+                       plugin_rules=plugin_rules or ())
         if bisect:
             from graphfix.cli.run_bisect import run_bisect
 
-            options = dict(check=check, input_shapes=shapes, data=data,
-                           input_values=input_values(input_value), seed=seed,
-                           providers=ort_providers, trt=trt, max_rewrites=max_rewrites,
-                           plugin_rules=plugin_rules or ())
-            run_bisect(model, source, pipeline, output, report, as_json, dump_after, options,
-                       files)
+            run_bisect(model, pipeline, output, report, as_json, dump_after, options,
+                       in_place)
             return
-        dumped: list[str] = []
-        on_done = _dumper(out, dump_after, files, dumped) if dump_after else None
+        out = output or default_output(model)
         status = console.status("loading", spinner="dots") if not as_json else None
         if status:
             status.start()
         try:
             result = api.run(
-                source, pipeline, check=check, input_shapes=shapes, data=data,
-                input_values=input_values(input_value), seed=seed,
-                providers=ort_providers,
+                model, pipeline, **options,
                 on_pass_start=(lambda i, s: status.update(f"pass {i + 1}: {s}"))
                 if status else None,
-                on_pass_done=on_done,
-                trt=trt,
-                max_rewrites=max_rewrites,
-                plugin_rules=plugin_rules or (),
+                explain=explain, output=out, report=report, dump_after=dump_after,
+                external_data=external_data, in_place=in_place,
             )
         finally:
             if status:
                 status.stop()
-        written = files.model(result.model, out, external_data=external_data,
-                              replaces=model if in_place else None)
-        split_lines = _save_split(result, out, files)
-        rep = result.report
-        if explain:
-            from graphfix.trt import parse_target as _target
-
-            rep.explain = explain_change(source, result.model, _target(trt) if trt else None,
-                                         shapes)
-        diagnosis = None
-        if trt is not None:
-            from graphfix.doctor import diagnose
-            from graphfix.trt import parse_target
-
-            diagnosis = diagnose(result.model, parse_target(trt), name=str(out))
-            rep.doctor = diagnosis.to_json()
-        if report or as_json:
-            rep.input = {"path": str(model), "sha256": io.sha256_file(model)}
-            rep.output = {"path": str(out), "sha256": io.sha256_file(written)}
-        if report:
-            files.text(report, json.dumps(rep.to_json(), indent=2) + "\n", "--report")
-        files.commit()
-        if as_json:
-            print(json.dumps(rep.to_json(), indent=2))
-            if check and not rep.check.enabled:
-                err_console.print(f"warning: numerical check skipped: "
-                                  f"{rep.check.skipped_reason}", markup=False)
-        else:
-            print_report(rep, show_traceback=bool(ctx.obj and ctx.obj.debug),
-                         warn_skipped=check)
-            if explain:
-                print_explain(rep.explain)
-            if diagnosis is not None:
-                _print_blocking(diagnosis)
-            console.print(
-                f"wrote {out} ({rep.nodes_before} → {rep.nodes_after} nodes, "
-                f"{rep.seconds:.2f} s)", markup=False
-            )
-        for line in split_lines:
-            (err_console if as_json else console).print(line, markup=False)
-        _print_debugging(rep, dumped, as_json)
-        if strict and rep.rolled_back:
-            names = ", ".join(r.spec for r in rep.rolled_back)
-            console.print(f"--strict: {names} rolled back", style="red")
+    _print_result(ctx, result, out, as_json, check)
+    rep, diagnosis = result.report, result.diagnosis
+    if strict and rep.rolled_back:
+        names = ", ".join(r.spec for r in rep.rolled_back)
+        console.print(f"--strict: {names} rolled back", style="red")
+        raise typer.Exit(EXIT_FAILED)
+    if diagnosis is not None and fail_on != "never":
+        worst = diagnosis.by_severity("error") + (diagnosis.by_severity("warn")
+                                                  if fail_on == "warn" else [])
+        if worst:
+            (err_console if as_json else console).print(
+                f"exit 1: {len(worst)} doctor finding(s) at or above '{fail_on}' remain for "
+                f"{diagnosis.target} (--fail-on never to exit 0)", markup=False)
             raise typer.Exit(EXIT_FAILED)
-        if diagnosis is not None and fail_on != "never":
-            worst = diagnosis.by_severity("error") + (diagnosis.by_severity("warn")
-                                                      if fail_on == "warn" else [])
-            if worst:
-                (err_console if as_json else console).print(
-                    f"exit 1: {len(worst)} doctor finding(s) at or above '{fail_on}' remain for "
-                    f"{diagnosis.target} (--fail-on never to exit 0)", markup=False)
-                raise typer.Exit(EXIT_FAILED)
 
 
-def _save_split(result, out: Path, files) -> list[str]:
-    """Stage split-nms's NMS part and manifest beside the output; what to print."""
-    split = result.artifacts.get("split-nms")
-    if split is None:
-        return []
-    from graphfix.nms.chain import save_split
-
-    paths = save_split(split, out, files=files)
-    return [f"wrote {paths.backbone}: the backbone, for TensorRT",
-            f"wrote {paths.nms}: the NMS post-processing, for onnxruntime",
-            f"wrote {paths.manifest}: how to chain them (graphfix.nms.run_split)"]
-
-
-def _print_debugging(rep: Report, dumped: list[str], as_json: bool) -> None:
-    """What --dump-after wrote for rolled-back passes, and the last rewrite --max-rewrites
-    let through (on stderr with --json, which keeps stdout for the JSON)."""
+def _print_result(ctx: typer.Context, result, out: Path, as_json: bool, check: bool) -> None:
+    """The JSON (stdout) or the pass table, explain, doctor's blocking findings and the
+    files written; side lines go to stderr with --json."""
+    rep = result.report
+    if as_json:
+        print(json.dumps(result.to_json(), indent=2))
+        if check and not rep.check.enabled:
+            err_console.print(f"warning: numerical check skipped: "
+                              f"{rep.check.skipped_reason}", markup=False)
+    else:
+        print_report(rep, show_traceback=bool(ctx.obj and ctx.obj.debug), warn_skipped=check)
+        if rep.explain:
+            print_explain(rep.explain)
+        if result.diagnosis is not None:
+            _print_blocking(result.diagnosis)
+        console.print(f"wrote {out} ({rep.nodes_before} → {rep.nodes_after} nodes, "
+                      f"{rep.seconds:.2f} s)", markup=False)
     target = err_console if as_json else console
-    for line in dumped:
+    for line in result.written:
         target.print(line, markup=False)
+    _print_debugging(rep, as_json)
+
+
+def _print_debugging(rep: Report, as_json: bool) -> None:
+    """The last rewrite --max-rewrites let through (on stderr with --json, which keeps
+    stdout for the JSON)."""
+    target = err_console if as_json else console
     if rep.rewrite_limit is not None:
         last = f"; the last: {rep.rewrites[-1]}" if rep.rewrites else ""
         target.print(f"--max-rewrites {rep.rewrite_limit}: {len(rep.rewrites)} rewrite(s) "
                      f"allowed{last}", markup=False)
-
-
-def _dumper(out: Path, which: str, files, said: list[str]):
-    """The on_pass_done callback of --dump-after: the model after the pass, and for a pass
-    rolled back, the model it produced (`.REJECTED.onnx`), or in `said` why there is none;
-    staged in `files` (a WriteSet), written with the output."""
-    from graphfix.report import ROLLED_BACK
-    from graphfix.weights import materialized
-
-    def dump(record: PassRecord, model: onnx.ModelProto) -> None:
-        if which != "all" and which not in (record.spec, record.spec.split("{")[0]):
-            return
-        name = record.spec.split("{")[0]
-        stem = f"{out.stem}.after-{record.index + 1:02d}-{name}"
-        files.model(materialized(model), out.with_name(f"{stem}.onnx"), "--dump-after")
-        if record.status != ROLLED_BACK:
-            return
-        if record.rejected is None:
-            said.append(f"{record.spec} was rolled back before it produced a model (it "
-                        "raised): there is no rejected model to dump")
-            return
-        path = out.with_name(f"{stem}.REJECTED.onnx")
-        files.model(materialized(record.rejected), path, "--dump-after")
-        said.append(f"wrote {path}: the model {record.spec} produced, which was rolled back")
-
-    return dump
 
 
 def _print_blocking(diagnosis) -> None:

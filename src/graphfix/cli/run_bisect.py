@@ -6,38 +6,30 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import onnx
 import typer
 
 from graphfix.cli.common import EXIT_FAILED, console
-from graphfix.errors import GraphfixError
 
 if TYPE_CHECKING:
     from graphfix.passes.bisect import Bisection
     from graphfix.passes.pipeline import Pipeline
-    from graphfix.writeset import WriteSet
 
 
-def run_bisect(model_path: Path, source: onnx.ModelProto, pipeline: Pipeline,
-               output: Path | None,
+def run_bisect(model_path: Path, pipeline: Pipeline, output: Path | None,
                report: Path | None, as_json: bool, dump_after: str | None,
-               options: dict[str, Any], files: WriteSet) -> None:
+               options: dict[str, Any], in_place: bool) -> None:
     """Bisect, print the culprit (or that there is none) and the command that shows its
-    rejected model; write the model without it to `output` when given (`files` holds the
-    claimed outputs). Exit 1 when a rewrite breaks the numbers."""
+    rejected model; `output` gets the model without it. Exit 1 when a rewrite breaks the
+    numbers."""
     from graphfix import api
 
-    if dump_after:
-        raise GraphfixError("--dump-after and --bisect were both given",
-                            "bisect runs the pipeline many times, each with another limit",
-                            "bisect first; it prints the --max-rewrites --dump-after command "
-                            "that writes the rejected model")
     status = None if as_json else console.status("bisect: counting rewrites", spinner="dots")
     if status:
         status.start()
     try:
         found = api.bisect(
-            source, pipeline, **options,
+            model_path, pipeline, **options, dump_after=dump_after, output=output,
+            report=report, in_place=in_place,
             on_probe=(lambda p: status.update(
                 f"bisect: the run with {'every' if p.limit is None else p.limit} rewrite(s) "
                 f"{'breaks' if p.broken else 'keeps'} the numbers")) if status else None,
@@ -45,19 +37,12 @@ def run_bisect(model_path: Path, source: onnx.ModelProto, pipeline: Pipeline,
     finally:
         if status:
             status.stop()
-    if output is not None:
-        files.model(found.model, output)
-    if report is not None:
-        files.text(report, json.dumps(found.report.to_json(), indent=2) + "\n", "--report")
-    files.commit()
     if as_json:
         print(json.dumps(found.to_json(), indent=2))
     else:
         _print(found, model_path, pipeline, output)
     if found.culprit is not None:
         raise typer.Exit(EXIT_FAILED)
-
-
 def _print(found: Bisection, model_path: Path, pipeline: Pipeline, output: Path | None) -> None:
     console.print(found.describe(), markup=False)
     runs = len(found.probes)
