@@ -1,8 +1,11 @@
-"""The Python API; the CLI is a thin layer over it.
+"""The Python API, one function per command; the CLI parses flags, calls these, prints.
 
     result = graphfix.run("model.onnx", passes="cleanup,fold-bn", check=True)
     graphfix.save(result.model, "model.fixed.onnx")
-    print(result.report.to_json())
+    print(result.to_json())
+
+`run` and `bisect` are here; `doctor` too; `calibrate` lives in
+`graphfix.calibration.command` and `check` in `graphfix.check.command`, imported here.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from graphfix import io, provenance, runfiles, weights
+from graphfix.calibration.command import Calibration, calibrate
+from graphfix.check.command import check
 from graphfix.errors import GraphfixError
 from graphfix.passes.base import PassContext, RewriteBudget
 from graphfix.passes.bisect import Bisection, ProbeOutcome, bisect_rewrites
@@ -39,6 +44,8 @@ if TYPE_CHECKING:
     from graphfix.writeset import WriteSet
 
 ModelLike = onnx.ModelProto | str | os.PathLike
+
+__all__ = ["Calibration", "Result", "bisect", "calibrate", "check", "doctor", "run"]
 
 
 @dataclass
@@ -366,3 +373,34 @@ def _prepare_check(source: onnx.ModelProto, given: dict[str, tuple[int, ...]], c
                 f"drop --input-shape for '{name}', or give data of that shape",
             )
     return {**resolve_shapes(inputs, given, lenient=True), **shapes}, output_check
+
+
+def doctor(model: ModelLike, trt: str | None = None, *, parser: bool = True,
+           json_out: str | os.PathLike | None = None) -> Diagnosis:
+    """What TensorRT `trt` ("8.6", "10", ...; None: the installed tensorrt, else the newest
+    version graphfix has data for) will reject in `model`, finding by finding, with the
+    fix: `graphfix doctor` (docs/doctor.md). Offline: no TensorRT, no GPU, no weights read.
+
+    `parser`: also run TensorRT's own ONNX parser when tensorrt is installed
+    (`Diagnosis.parser`; it needs the file, so not for a ModelProto). `json_out`: write
+    `Diagnosis.to_json()` there.
+    """
+    from graphfix.doctor import diagnose
+    from graphfix.trt import parse_target
+    from graphfix.writeset import Given, WriteSet
+
+    path = None if isinstance(model, onnx.ModelProto) else Path(model)
+    with WriteSet([Given(path, "the input model", model=True) if path else None]) as files:
+        files.claim(json_out, "--json-out")
+        target = parse_target(trt)
+        loaded = io.load(path, weights=False) if path else model  # doctor reads no weights
+        diagnosis = diagnose(loaded, target, name=str(path) if path else "model")
+        if parser and path is not None:
+            from graphfix.doctor.live import live_verdict
+
+            diagnosis.parser = live_verdict(str(path), loaded)
+        if json_out is not None:
+            files.text(json_out, json.dumps(diagnosis.to_json(), indent=2) + "\n",
+                       "--json-out")
+        files.commit()
+    return diagnosis

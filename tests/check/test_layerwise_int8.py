@@ -62,7 +62,7 @@ def test_int8_origins_are_ranked_and_suggested_for_exclusion(digits):
     assert report.first_divergence.name == top.name
     for o in report.origins:
         assert o.error == pytest.approx(10 ** (-by[o.name].sqnr_db / 10), rel=1e-9)
-    names = report.suggest_exclude()
+    names = report.exclude_nodes
     assert names[0] == "/0/Conv"
     qdq.plan(fp32, exclude_nodes=names)  # names calibrate accepts
     data = json.loads(json.dumps(report.to_json(), allow_nan=False))

@@ -286,29 +286,31 @@ def test_cli_trt_finds_the_perturbed_layer_and_reports_json(tmp_path, monkeypatc
     ref = chain(6)
     ref_path = _save(tmp_path, "ref.onnx", ref)
     bad_path = _save(tmp_path, "bad.onnx", perturb(ref, "w4"))
-    out = cli.invoke(app, ["check", str(ref_path), str(bad_path), "--trt", "--json", "-"])
+    out = cli.invoke(app, ["check", str(ref_path), str(bad_path), "--trt-engine", "--json"])
     assert out.exit_code == 1, out.output
     data = json.loads(out.stdout)
     assert data["runtime"] == "tensorrt" and data["first_divergence"]["name"] == "r4"
     fused = {t["name"] for t in data["tensors"] if t["status"] == FUSED}
     assert fused == {f"c{i}" for i in range(1, 7)}
 
-    same = cli.invoke(app, ["check", str(ref_path), "--trt"])  # REFERENCE built
+    same = cli.invoke(app, ["check", str(ref_path), "--trt-engine"])  # REFERENCE built
     assert same.exit_code == 0, same.output
     text = " ".join(same.stdout.split())
     assert "strict mode (tensorrt)" in text and "6 fused by TensorRT" in text
     assert "check passed" in text
 
 
-def test_cli_engine_file_is_detected_by_suffix(tmp_path, monkeypatch):
+def test_cli_engine_file_is_given_with_engine(tmp_path, monkeypatch):
     trt_fakes.install(monkeypatch)
     ref = chain(2)
     ref_path = _save(tmp_path, "ref.onnx", ref)
     engine = _engine_file(tmp_path, ref_path, ["r1"])
-    out = cli.invoke(app, ["check", str(ref_path), str(engine), "--json", "-"])
+    out = cli.invoke(app, ["check", str(ref_path), "--engine", str(engine), "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     assert data["runtime"] == "tensorrt" and data["mode"] == "sqnr"
+    positional = cli.invoke(app, ["check", str(ref_path), str(engine)])
+    assert positional.exit_code == 2 and "is a TensorRT engine" in positional.output
 
 
 def test_cli_without_tensorrt_or_candidate_exits_2(tmp_path, monkeypatch):
@@ -317,8 +319,8 @@ def test_cli_without_tensorrt_or_candidate_exits_2(tmp_path, monkeypatch):
     missing = cli.invoke(app, ["check", str(ref_path)])
     assert missing.exit_code == 2 and "No model to check" in missing.output
     monkeypatch.setitem(sys.modules, "tensorrt", None)
-    out = cli.invoke(app, ["check", str(ref_path), "--trt"])
+    out = cli.invoke(app, ["check", str(ref_path), "--trt-engine"])
     assert out.exit_code == 2 and "tensorrt is not installed" in out.output
-    gone = cli.invoke(app, ["check", str(ref_path), str(tmp_path / "gone.plan")])
+    gone = cli.invoke(app, ["check", str(ref_path), "--engine", str(tmp_path / "gone.plan")])
     assert gone.exit_code == 2 and "gone.plan does not exist" in gone.output
     assert ref_path.read_bytes() == before

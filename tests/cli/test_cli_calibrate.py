@@ -56,7 +56,7 @@ def test_table_output_names_the_recommendation(digits, tmp_path):
     model, data = digits
     result = runner.invoke(app, [
         "calibrate", str(model), "--data", str(data), "--data-key", "calib",
-        "--max-samples", "40", "--batch-size", "20", "--method", "minmax", "--eval",
+        "--samples", "40", "--batch-size", "20", "--method", "minmax", "--eval",
         "-o", str(tmp_path / "q.onnx")])
     assert result.exit_code == 0, result.output
     assert "recommended (*): minmax" in result.stdout
@@ -75,7 +75,7 @@ def test_table_output_names_the_recommendation(digits, tmp_path):
 def test_user_errors_exit_2(digits, tmp_path, args, text):
     model, data = digits
     data_args = [] if args == [] else ["--data", str(data), "--data-key", "calib",
-                                       "--max-samples", "8"]
+                                       "--samples", "8"]
     result = runner.invoke(app, ["calibrate", str(model), *data_args, *args,
                                  "-o", str(tmp_path / "q.onnx")])
     assert result.exit_code == 2, result.output

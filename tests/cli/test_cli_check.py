@@ -36,7 +36,7 @@ def test_rewrite_passes_and_a_perturbed_conv_fails(tmp_path):
     weight = next(t for t in broken.graph.initializer if t.name == conv.input[1])
     weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * 1.5, weight.name))
     bad = _write(tmp_path, "bad.onnx", broken)
-    failed = runner.invoke(app, ["check", str(ref), str(bad), "--json", "-"])
+    failed = runner.invoke(app, ["check", str(ref), str(bad), "--json"])
     assert failed.exit_code == 1, failed.output
     data = json.loads(failed.stdout)
     assert data["schema"] == "graphfix.check/1" and data["passed"] is False
@@ -60,7 +60,7 @@ def test_int8_mode_suggests_nodes_calibrate_accepts(shared_model, tmp_path):
     table = runner.invoke(app, args)
     assert "quantization sensitivity" in table.stdout
     assert "merged by graphfix passes" in " ".join(table.stdout.split())
-    data = json.loads(runner.invoke(app, [*args, "--json", "-"]).stdout)
+    data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     assert data["mode"] == "sqnr" and data["sensitivity"]
     names = data["exclude_nodes"]
     assert names and plan(result.fp32, exclude_nodes=names)  # names calibrate knows

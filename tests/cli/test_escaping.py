@@ -100,7 +100,7 @@ def test_check_tables_show_names_spelled_out_and_json_keeps_them(tmp_path):
     assert result.exit_code == 1, result.output
     _assert_spelled_out(result.stdout)
     assert f"first divergence: c{SHOWN}" in result.stdout
-    as_json = runner.invoke(app, ["check", str(ref), str(cand), "--json", "-"])
+    as_json = runner.invoke(app, ["check", str(ref), str(cand), "--json"])
     assert json.loads(as_json.stdout)["first_divergence"]["name"] == "c" + EVIL
 
 

@@ -309,7 +309,7 @@ def _check(model: onnx.ModelProto, outcome: Outcome) -> None:
     from graphfix.errors import GraphfixError
 
     try:
-        feeds = check_samples(model, None, None, [], 1, 0)
+        feeds = check_samples(model, None, None, {}, 1, 0)
         compare_layerwise(model, model, feeds)
     except GraphfixError as err:
         if outcome.status == OK:

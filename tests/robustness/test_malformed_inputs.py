@@ -170,7 +170,7 @@ def _options_cases() -> dict[str, list[str]]:
         "--cache onto the input": ["calibrate", "M", "--data", "D", "--cache", "M"],
         "--ranges onto the input": ["calibrate", "M", "--data", "D", "--ranges", "M"],
         "--ranges onto --data": ["calibrate", "M", "--data", "D", "--ranges", "D"],
-        "check --json onto the input": ["check", "M", "M", "--json", "M"],
+        "check --json-out onto the input": ["check", "M", "M", "--json-out", "M"],
         "plan onto the input": ["plugins", "match", "M", "-o", "M"],
         "apply -o onto the plan": ["plugins", "apply", "M", "T/plan.yaml", "-o", "T/plan.yaml"],
         "apply a plan that is not one": ["plugins", "apply", "M", "D", "-o", "T/o.onnx"],
@@ -181,7 +181,7 @@ def _options_cases() -> dict[str, list[str]]:
                                         "--cache", "T/nodir/c.cache"],
         "--ranges in a missing folder": ["calibrate", "M", "--data", "D", "-o", "T/q.onnx",
                                          "--ranges", "T/nodir/r.json"],
-        "check --json in a missing folder": ["check", "M", "M", "--json", "T/nodir/r.json"],
+        "check --json-out in a missing folder": ["check", "M", "M", "--json-out", "T/nodir/r.json"],
         "-o is a folder": ["run", "M", "-o", "T"],
     }
 

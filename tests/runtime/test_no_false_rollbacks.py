@@ -91,8 +91,7 @@ def test_trt_prep_on_the_shared_models_rolls_nothing_back(shared_model, name, se
 def test_check_passes_shared_models_against_trt_prep_and_onnxruntime(shared_model, name,
                                                                     tmp_path):
     model = onnx.load(str(shared_model(name)))
-    shapes = [f"{k}:{'x'.join(map(str, v))}" for k, v in SHARED[name].items()]
-    samples = check_samples(model, None, None, shapes, 2, 0)
+    samples = check_samples(model, None, None, SHARED[name], 2, 0)
     prepared = graphfix.run(model, input_shapes=SHARED[name], check=False).model
     optimized = ort_optimized(model, tmp_path / "basic.onnx")
     for candidate in (prepared, optimized):

@@ -23,7 +23,7 @@ def test_run_and_check_agree_on_the_outputs(seed):
     per_pass = OutputCheck.prepare(model, resolve_shapes(graph_inputs(model), shape), seed=seed)
     (diff,) = per_pass.verify(result.model).diffs
 
-    samples = check_samples(model, None, None, ["input:2x3x16x16"], 1, seed)
+    samples = check_samples(model, None, None, {"input": (2, 3, 16, 16)}, 1, seed)
     renamed, removed = provenance.read(result.model)
     row = compare_layerwise(model, result.model, samples, renamed=renamed,
                             removed=removed).tensor("logits")

@@ -20,6 +20,7 @@ from graphfix.runtime.data import CalibrationData, Preprocess, open_data
 if TYPE_CHECKING:
     from graphfix.writeset import WriteSet
 
+SCHEMA = "graphfix.calibrate/2"
 DEFAULT_CACHE_TRT = "10.16"  # the newest documented TensorRT with implicit INT8 calibration
 MIN_BINS, MAX_BINS = 128, 16384
 
@@ -114,12 +115,15 @@ def run(model: onnx.ModelProto, loaded: Loaded, options: Options, progress=None,
     return result
 
 
-def write_outputs(result: CalibrationResult, files: WriteSet, out: Path, cache: Path | None,
-                  ranges: Path | None, options: Options) -> list[str]:
-    """Stage the Q/DQ model, the cache and the ranges in `files` (the caller commits)."""
+def write_outputs(result: CalibrationResult, files: WriteSet, out: Path | None,
+                  cache: Path | None, ranges: Path | None, options: Options) -> list[str]:
+    """Stage the Q/DQ model (unless `out` is None), the cache and the ranges in `files`
+    (the caller commits); what was written, a line each."""
     chosen = result.outcome()
-    files.model(chosen.model, out)
-    written = [f"{out} ({chosen.method})"]
+    written = []
+    if out is not None:
+        files.model(chosen.model, out)
+        written.append(f"{out} ({chosen.method})")
     if cache is not None:
         version = cache_version(options.trt)
         algorithm = chosen.cache_algorithm
@@ -197,7 +201,7 @@ def quantize_from_cache(model: onnx.ModelProto, path: Path, options: Options) ->
 
 def summary(result: CalibrationResult, loaded: Loaded, written: list[str]) -> dict[str, Any]:
     return {
-        "schema": "graphfix.calibrate/2",
+        "schema": SCHEMA,
         "data": loaded.calib.describe() + (f"; evaluated on {loaded.eval.describe()}"
                                            if loaded.eval is not None else ""),
         "tensors": len(result.stats),

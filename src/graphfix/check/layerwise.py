@@ -103,6 +103,9 @@ class LayerwiseReport:
     notes: list[str] = field(default_factory=list)
     sqnr_threshold: float = 20.0
     runtime: str = "onnxruntime"  # where the candidate ran: "onnxruntime" | "tensorrt"
+    # calibrate --exclude-nodes names, sqnr mode (`_exclude_names`)
+    exclude_nodes: list[str] = field(default_factory=list)
+    doctor: dict | None = None  # graphfix.doctor/1 of the candidate (check --trt)
 
     @property
     def passed(self) -> bool:
@@ -124,14 +127,6 @@ class LayerwiseReport:
         rows = [t for t in self.tensors if t.quantized and t.sqnr_db is not None]
         return sorted(rows, key=lambda t: (t.sqnr_db, t.order))[:top]
 
-    def suggest_exclude(self, top: int = 5) -> list[str]:
-        """Node names to keep in float (calibrate --exclude-nodes): the quantized origins
-        in rank order, then the lowest-SQNR quantized layers that are not ok."""
-        by_name = {t.name: t for t in self.tensors}
-        keys = [by_name[o.name].node_key for o in self.origins if by_name[o.name].quantized]
-        keys += [t.node_key for t in self.sensitivity(len(self.tensors)) if t.ok is False]
-        return list(dict.fromkeys(k for k in keys if k))[:top]
-
     def to_json(self) -> dict:
         """Schema "graphfix.check/1". Non-finite numbers are the strings "inf", "-inf",
         "nan" (an exact tensor has sqnr_db "inf"); null means "not compared"."""
@@ -148,9 +143,10 @@ class LayerwiseReport:
             "first_divergence": asdict(first) if first else None,
             "origins": [asdict(o) for o in self.origins],
             "sensitivity": [t.name for t in self.sensitivity()] if self.mode == "sqnr" else [],
-            "exclude_nodes": self.suggest_exclude() if self.mode == "sqnr" else [],
+            "exclude_nodes": list(self.exclude_nodes),
             "tensors": [asdict(t) for t in self.tensors],
             "notes": list(self.notes),
+            **({"doctor": self.doctor} if self.doctor is not None else {}),
         })
 
 
@@ -227,6 +223,7 @@ def compare_layerwise(
     if not samples:
         raise GraphfixError("No inputs to compare the models on", "the feeds are empty",
                             "give at least one feed dict {input name: array}")
+    given_candidate = candidate
     check_work(reference, label="REFERENCE")  # before any run: a Loop that never ends
     if engine is None:
         check_work(candidate, label="CANDIDATE")
@@ -274,9 +271,27 @@ def compare_layerwise(
         notes.append(f"no node amplifies the error {min_amplification:g}x or more: it grows "
                      "gradually; start at the first divergence, "
                      f"{first.node} ({first.name})")
-    return LayerwiseReport(mode, len(samples), results, first, origins, outputs_ok, total,
-                           notes, sqnr_threshold,
-                           "tensorrt" if engine is not None else "onnxruntime")
+    report = LayerwiseReport(mode, len(samples), results, first, origins, outputs_ok, total,
+                             notes, sqnr_threshold,
+                             "tensorrt" if engine is not None else "onnxruntime")
+    report.exclude_nodes = _exclude_names(report, given_candidate)
+    return report
+
+
+def _exclude_names(report: LayerwiseReport, candidate: onnx.ModelProto,
+                   top: int = 5) -> list[str]:
+    """calibrate --exclude-nodes names (sqnr mode; none in strict mode), as the candidate
+    names its nodes (calibrate plans on the model after fold-bn, whose node names a Q/DQ
+    candidate keeps, while a BatchNorm of the reference is gone): the producers of the
+    quantized origins in rank order, then of the failing lowest-SQNR layers."""
+    if report.mode != "sqnr":
+        return []
+    producers = {o: n.name or o for n in candidate.graph.node for o in n.output if o}
+    by_name = {t.name: t for t in report.tensors}
+    tensors = [by_name[o.name] for o in report.origins if by_name[o.name].quantized]
+    tensors += [t for t in report.sensitivity(len(report.tensors)) if t.ok is False]
+    names = [producers.get(t.candidate or t.name) for t in tensors]
+    return list(dict.fromkeys(n for n in names if n))[:top]
 
 
 def _widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Producer]) -> None:

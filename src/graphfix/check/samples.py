@@ -12,7 +12,6 @@ import onnx
 from graphfix.runtime.feeds import (
     graph_inputs,
     model_feeds,
-    parse_input_shape,
     refuse_non_tensors,
     resolve_shapes,
 )
@@ -20,14 +19,14 @@ from graphfix.runtime.tolerances import Tolerance, tolerance_for
 
 
 def check_samples(model: onnx.ModelProto, data: str | os.PathLike | None, data_key: str | None,
-                  input_shapes: Sequence[str], count: int, seed: int,
+                  input_shapes: Mapping[str, Sequence[int]], count: int, seed: int,
                   values: Mapping[str, Sequence[float | int]] | None = None
                   ) -> list[dict[str, np.ndarray]]:
     """`count` samples (one run's batch each: 1, or the model's static batch): the first
     ones of `data` (anything `graphfix calibrate --data` reads; its shapes, no
     `input_shapes` needed), else seeded random inputs (`runtime.feeds.model_feeds`:
     `values` fixes inputs), sample i with seed+i, dynamic dims from `input_shapes`
-    (NAME:DIMS) or the usual defaults."""
+    ({name: dims}) or the usual defaults."""
     refuse_non_tensors(model)
     if data is not None:
         from graphfix.runtime.data import open_data, run_batch
@@ -38,7 +37,7 @@ def check_samples(model: onnx.ModelProto, data: str | os.PathLike | None, data_k
                            batch_size=batch, batch_option=None)
         return [with_values(model, feeds, values) for feeds in islice(iter(source), count)]
     inputs = graph_inputs(model)
-    shapes = resolve_shapes(inputs, dict(parse_input_shape(s) for s in input_shapes))
+    shapes = resolve_shapes(inputs, {k: tuple(v) for k, v in input_shapes.items()})
     return [model_feeds(model, shapes, seed + i, values) for i in range(count)]
 
 

@@ -56,6 +56,15 @@ app.add_typer(plugins_app, name="plugins")
 
 def main() -> None:
     """Console-script entry point: internal errors get exit code 3 and a request to report."""
+    from graphfix.cli.common import EXIT_USER_ERROR
+    from graphfix.cli.renamed import refuse_old_spellings
+    from graphfix.errors import GraphfixError
+
+    try:
+        refuse_old_spellings(sys.argv[1:])
+    except GraphfixError as err:
+        print("error: " + printable(err.message, keep="\n"), file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
     try:
         app()
     except Exception:

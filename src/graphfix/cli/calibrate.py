@@ -10,22 +10,20 @@ import typer
 from rich.table import Table
 
 from graphfix.calibration import methods
+from graphfix.cli import options as opt
 from graphfix.cli.common import console, user_errors
-from graphfix.errors import GraphfixError
 
 
 def calibrate_command(
     ctx: typer.Context,
     model: Path = typer.Argument(..., help="The FP32 ONNX model (never modified)."),
-    data: Path = typer.Option(None, "--data", help="Calibration data: a folder of .npy/.npz "
-                              "files or images, or one .npz with a leading batch axis."),
-    data_key: str = typer.Option(None, "--data-key", help="The array to use in a single .npz."),
+    data: Path = opt.data(),
+    data_key: str = opt.data_key(),
     preprocess: str = typer.Option(None, "--preprocess", help="For image folders: e.g. "
                                    "resize=224,layout=NCHW,scale=1/255,mean=0.485/0.456/"
                                    "0.406,std=0.229/0.224/0.225,bgr"),
-    loader_script: str = typer.Option(None, "--data-loader-script", help="file.py:func, a "
-                                      "generator of feed dicts (this runs the script)."),
-    max_samples: int = typer.Option(None, "--max-samples", min=1),
+    loader_script: str = opt.data_loader_script(),
+    samples: int = opt.samples(),
     batch_size: int = typer.Option(1, "--batch-size", min=1,
                                    help="Samples per onnxruntime run (results do not depend "
                                    "on it)."),
@@ -35,15 +33,13 @@ def calibrate_command(
     per_tensor: bool = typer.Option(False, "--per-tensor", help="Pick per tensor, among the "
                                     "methods given, the one with the lowest simulated INT8 "
                                     "error (--method all --per-tensor is auto)."),
-    output: Path = typer.Option(None, "-o", "--output", help="The Q/DQ model "
-                                "[default: MODEL.int8.onnx beside the input]."),
+    output: Path = opt.output(),
     cache: Path = typer.Option(None, "--cache", help="Also write the legacy TensorRT "
                                "calibration cache (TensorRT <= 10)."),
     ranges: Path = typer.Option(None, "--ranges", help="Write per-tensor ranges as JSON."),
     from_cache: Path = typer.Option(None, "--from-cache", help="Turn an existing TensorRT "
                                     "calibration cache into a Q/DQ model (no data needed)."),
-    trt: str = typer.Option(None, "--trt", help="TensorRT version for the cache header and "
-                            "the doctor check of the output (default: installed, else 10.16)."),
+    trt: str = opt.trt(),
     evaluate: bool = typer.Option(False, "--eval", help="Compare each Q/DQ model with FP32."),
     eval_split: int = typer.Option(None, "--eval-split", min=1, help="Hold the last N "
                                    "samples of --data apart for the comparison."),
@@ -55,62 +51,33 @@ def calibrate_command(
     exclude_op_types: str = typer.Option("", "--exclude-op-types",
                                          help="Op types kept in float (e.g. Gemm,Add)."),
     bins: int = typer.Option(2048, "--bins", help="Histogram bins (128 to 16384)."),
-    memory_budget: str = typer.Option(None, "--memory-budget", help="Activation memory one "
-                                      "onnxruntime run may expose, e.g. 512MB, 2GB."),
-    providers: str = typer.Option("cpu", "--providers", help="onnxruntime execution providers "
-                                  "for the statistics and the comparison, e.g. cuda,cpu."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    memory_budget: str = opt.memory_budget(),
+    providers: str = opt.providers(),
+    as_json: bool = opt.as_json(),
+    json_out: Path = opt.json_out(),
+    html: Path = opt.html(),
 ) -> None:
     """Calibrate MODEL for INT8 and write a Q/DQ model TensorRT accepts."""
-    from graphfix import io
-    from graphfix.calibration import session
-    from graphfix.runtime.session import provider_names
-    from graphfix.sizes import parse_bytes
-    from graphfix.writeset import Given, WriteSet
+    from graphfix import api
 
-    script = loader_script.rpartition(":")[0] if loader_script and ":" in loader_script \
-        else loader_script
-    given = [Given(model, "the input model", model=True),
-             *(Given(p, flag) for p, flag in ((data, "--data"), (eval_data, "--eval-data"),
-                                              (from_cache, "--from-cache"),
-                                              (script, "--data-loader-script")) if p)]
-    with user_errors(ctx), WriteSet(given) as files:
-        options = session.Options(  # checks the methods and their options first
-            method=method, method_options={methods.PERCENTILE.flag: percentile},
-            per_tensor=per_tensor, exclude_nodes=_names(exclude_nodes),
-            exclude_op_types=_names(exclude_op_types), bins=bins,
-            memory_budget=parse_bytes(memory_budget) if memory_budget else None, trt=trt,
-            providers=provider_names(providers),
-        )
-        out = output or model.with_name(f"{model.stem}.int8.onnx")
-        io.check_output_path(out, input_path=model)
-        files.claim(out, "the output model", model=True)
-        if cache is not None:
-            files.claim(cache, "--cache")
-            session.cache_version(options.trt)  # TensorRT 11 has none: say so before work
-        files.claim(ranges, "--ranges")
-        source = io.load(model)
-        if from_cache is not None:
-            files.model(session.quantize_from_cache(source, from_cache, options), out)
-            files.commit()
-            console.print(f"wrote {out} from {from_cache}", markup=False)
-            return
-        if data is None and loader_script is None:
-            raise GraphfixError("no calibration data", "calibration needs sample inputs",
-                                "give --data PATH (or --data-loader-script, or --from-cache)")
-        loaded = session.load_data(source, data, data_key, preprocess, loader_script,
-                                   max_samples, batch_size, eval_split, eval_data, eval_key,
-                                   labels, evaluate or len(options.request.labels()) > 1)
-        with _bar() as bar:
-            result = session.run(source, loaded, options, for_cache=cache is not None,
-                                 progress=_Progress(bar))
-        written = session.write_outputs(result, files, out, cache, ranges, options)
-        files.commit()
-    summary = session.summary(result, loaded, written)
+    with user_errors(ctx), _Progress() as bar:
+        made = api.calibrate(
+            model, data=data, data_key=data_key, preprocess=preprocess,
+            data_loader_script=loader_script, samples=samples, batch_size=batch_size,
+            method=method, percentile=percentile, per_tensor=per_tensor,
+            output=output or model.with_name(f"{model.stem}.int8.onnx"), cache=cache,
+            ranges=ranges, from_cache=from_cache, trt=trt, evaluate=evaluate,
+            eval_split=eval_split, eval_data=eval_data, eval_key=eval_key, labels=labels,
+            exclude_nodes=_names(exclude_nodes), exclude_op_types=_names(exclude_op_types),
+            bins=bins, memory_budget=memory_budget, providers=providers, json_out=json_out,
+            html=html, progress=None if as_json else bar)
     if as_json:
-        print(json.dumps(summary, indent=2))
-        return
-    _print(summary)
+        print(json.dumps(made.to_json(), indent=2))
+    elif made.details is None:
+        for path in made.written:
+            console.print(f"wrote {path}", markup=False)
+    else:
+        _print(made.to_json())
 
 
 def _bar():
@@ -129,12 +96,24 @@ def _bar():
 
 
 class _Progress:
-    """One bar per phase (a statistics pass, an evaluation) over its samples, with ETA."""
+    """One bar per phase (a statistics pass, an evaluation) over its samples, with ETA;
+    started at the first report (an option refused before any work prints no bar) and
+    stopped when the `with` block ends."""
 
-    def __init__(self, bar) -> None:
-        self.bar, self.phase, self.task = bar, "", None
+    def __init__(self) -> None:
+        self.bar, self.phase, self.task = None, "", None
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
     def __call__(self, phase: str, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = _bar()
+            self.bar.start()
         if phase != self.phase:
             if self.task is not None:
                 self.bar.remove_task(self.task)

@@ -170,14 +170,6 @@ def print_report(report: Report, show_traceback: bool = False, warn_skipped: boo
                           "(see --report)", markup=False)
 
 
-INPUT_VALUE_HELP = ("Fix an input's value, NAME=VALUE (repeatable): a number, or comma-"
-                    "separated numbers for a 1-D input, e.g. sr=16000. Broadcast to the "
-                    "input's shape and cast to its dtype; other inputs stay random.")
-DATA_HELP = ("Real inputs instead of random ones: an .npz (input name -> array), a .npy, or "
-             "a folder of .npy/.npz files (anything `graphfix calibrate --data` reads); "
-             "float64 is cast to float32. Shapes come from the data.")
-
-
 def input_values(specs: list[str] | None) -> dict[str, list[float | int]]:
     """--input-value NAME=VALUE flags as {name: numbers}; a bad one is a GraphfixError."""
     from graphfix.runtime.values import parse_input_value

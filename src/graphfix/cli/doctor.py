@@ -9,29 +9,21 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from graphfix.cli import options as opt
 from graphfix.cli.common import EXIT_FAILED, console, user_errors
 from graphfix.doctor.findings import SEVERITIES, Diagnosis, Finding
-from graphfix.errors import GraphfixError
 from graphfix.text import printable
 
 _STYLE = {"error": "red", "warn": "yellow", "info": "dim"}
-FAIL_ON = ("error", "warn", "never")
 
 
 def doctor_command(
     ctx: typer.Context,
     model: Path = typer.Argument(..., help="The ONNX model to examine (never modified)."),
-    trt: str = typer.Option(
-        None, "--trt",
-        help="TensorRT version to check against (8.6, 10, 10.12, 11.1, ...). Default: the "
-             "installed tensorrt, else the newest version graphfix has data for.",
-    ),
-    as_json: bool = typer.Option(False, "--json",
-                                 help="Print the diagnosis as JSON (schema graphfix.doctor/1)."),
-    fail_on: str = typer.Option(
-        "error", "--fail-on",
-        help="Exit 1 when a finding at or above this severity exists: error, warn or never.",
-    ),
+    trt: str = opt.trt(),
+    as_json: bool = opt.as_json(),
+    json_out: Path = opt.json_out(),
+    fail_on: str = opt.fail_on(),
     show_info: bool = typer.Option(False, "--info", help="Also list info findings in the table."),
     live: bool = typer.Option(
         True, "--parser/--no-parser",
@@ -39,28 +31,17 @@ def doctor_command(
     ),
 ) -> None:
     """What TensorRT will reject in MODEL, node by node, and which pass fixes it."""
+    from graphfix import api
+
     with user_errors(ctx):
-        if fail_on not in FAIL_ON:
-            raise GraphfixError(
-                f"--fail-on {fail_on!r} is not a severity",
-                "doctor exits 1 when a finding at or above that severity exists",
-                f"use one of: {', '.join(FAIL_ON)}",
-            )
-        from graphfix.doctor import diagnose
-        from graphfix.io import load
-        from graphfix.trt import parse_target
-
-        target = parse_target(trt)
-        loaded = load(model, weights=False)  # doctor reads no weights
-        diagnosis = diagnose(loaded, target, name=str(model))
-        if live:
-            from graphfix.doctor.live import live_verdict
-
-            diagnosis.parser = live_verdict(str(model), loaded)
+        opt.check_fail_on(fail_on)
+        diagnosis = api.doctor(model, trt, parser=live, json_out=json_out)
     if as_json:
         print(json.dumps(diagnosis.to_json(), indent=2))
     else:
         print_diagnosis(diagnosis, show_info)
+        if json_out is not None:
+            console.print(f"wrote {json_out}", markup=False)
     if diagnosis.fails(fail_on):
         raise typer.Exit(EXIT_FAILED)
 

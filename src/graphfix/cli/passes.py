@@ -6,9 +6,9 @@ import dataclasses
 import json
 from typing import Any
 
-import typer
 from rich.table import Table
 
+from graphfix.cli import options as opt
 from graphfix.cli.common import console
 
 
@@ -28,7 +28,7 @@ def describe(cls) -> dict[str, Any]:
 
 
 def passes_command(
-    as_json: bool = typer.Option(False, "--json", help="Print the passes as JSON."),
+    as_json: bool = opt.as_json(),
 ) -> None:
     """List every pass and preset with its summary and options."""
     from graphfix.passes.registry import DEFAULT_PIPELINE, PASSES, PRESETS

@@ -8,15 +8,12 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from graphfix.cli import options as opt
 from graphfix.cli.common import console, user_errors
 
 plugins_app = typer.Typer(help="TensorRT plugin rules and specs: list them, match a model "
                                "against them as an editable plan, apply the plan.",
                           no_args_is_help=True)
-
-_RULES_HELP = ("A user rule file, .py (executed: it defines RULES) or .yaml; repeatable. "
-               "See docs/plugins.md.")
-
 
 def _rules(files: list[Path] | None, model=None):
     """`plugins.user.all_rules` for the model's default-domain opset (17 without one)."""
@@ -38,9 +35,9 @@ def _given(model: Path, plan: Path | None, rule_files: list[Path] | None) -> lis
 @plugins_app.command("list")
 def list_command(
     ctx: typer.Context,
-    trt: str = typer.Option(None, "--trt", help="Show each plugin's status at this TensorRT."),
-    plugin_rules: list[Path] = typer.Option(None, "--plugin-rules", help=_RULES_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    trt: str = opt.trt(),
+    plugin_rules: list[Path] = opt.plugin_rules(),
+    as_json: bool = opt.as_json(),
 ) -> None:
     """The substitution rules (built-in and user) and the plugin specs graphfix knows."""
     with user_errors(ctx):
@@ -93,15 +90,16 @@ def list_command(
 def match_command(
     ctx: typer.Context,
     model: Path = typer.Argument(..., help="The ONNX model (never modified)."),
-    output: Path = typer.Option(..., "-o", "--output", help="Where to write the plan (YAML)."),
-    trt: str = typer.Option(None, "--trt", help="TensorRT version the plan is for."),
+    output: Path = opt.output(),
+    trt: str = opt.trt(),
     force: bool = typer.Option(False, "--force", help="Match even where the target parses "
                                                       "the op natively."),
-    plugin_rules: list[Path] = typer.Option(None, "--plugin-rules", help=_RULES_HELP),
+    plugin_rules: list[Path] = opt.plugin_rules(),
 ) -> None:
     """Write which nodes each rule would replace, by which plugin, with which attributes."""
     from graphfix.writeset import WriteSet
 
+    output = output or model.with_name(f"{model.stem}.plugins.yaml")
     with user_errors(ctx), WriteSet(_given(model, None, plugin_rules)) as files:
         from graphfix import io
         from graphfix.plugins.plan import match
@@ -124,13 +122,14 @@ def apply_command(
     ctx: typer.Context,
     model: Path = typer.Argument(..., help="The ONNX model (never modified)."),
     plan: Path = typer.Argument(..., help="A plan from `graphfix plugins match`, edited or not."),
-    output: Path = typer.Option(..., "-o", "--output", help="Where to write the model."),
-    trt: str = typer.Option(None, "--trt", help="TensorRT version to validate fields for."),
-    plugin_rules: list[Path] = typer.Option(None, "--plugin-rules", help=_RULES_HELP),
+    output: Path = opt.output(),
+    trt: str = opt.trt(),
+    plugin_rules: list[Path] = opt.plugin_rules(),
 ) -> None:
     """Apply a plan: every entry's plugin node, validated against the plugin's spec."""
     from graphfix.writeset import WriteSet
 
+    output = output or model.with_name(f"{model.stem}.plugins.onnx")
     with user_errors(ctx), WriteSet(_given(model, plan, plugin_rules)) as files:
         from graphfix import io
         from graphfix.plugins.plan import apply_plan, read

@@ -8,10 +8,9 @@ from typing import Optional
 
 import typer
 
+from graphfix.cli import options as opt
 from graphfix.cli.common import (
-    DATA_HELP,
     EXIT_FAILED,
-    INPUT_VALUE_HELP,
     console,
     err_console,
     input_values,
@@ -19,19 +18,16 @@ from graphfix.cli.common import (
     print_report,
     user_errors,
 )
-from graphfix.errors import GraphfixError
 from graphfix.passes.defaults import DEFAULT_PIPELINE, TRT_PIPELINE, default_pipeline
 from graphfix.report import Report
 from graphfix.runfiles import default_output
-from graphfix.runtime.feeds import DEFAULT_SEED, parse_input_shape
+from graphfix.runtime.feeds import parse_input_shape
 
 
 def run_command(
     ctx: typer.Context,
     model: Path = typer.Argument(..., help="The ONNX model to rewrite (never modified)."),
-    output: Path = typer.Option(
-        None, "-o", "--output", help="Where to write the result [default: <stem>.graphfix.onnx]."
-    ),
+    output: Path = opt.output(),
     passes: str = typer.Option(
         None, "--passes", "-p",
         help="Pipeline text: pass names separated by commas, options in braces, e.g. "
@@ -45,18 +41,13 @@ def run_command(
         "graph optimizations off) and roll back passes that change them.",
     ),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 when any pass was rolled back."),
-    input_shape: list[str] = typer.Option(
-        None, "--input-shape",
-        help="Shape for a dynamic input, NAME:1x3x224x224 (repeatable). Dynamic axis 0 "
-        "defaults to 1; other dynamic dims must be given.",
-    ),
-    data: Path = typer.Option(None, "--data", help=DATA_HELP),
-    input_value: list[str] = typer.Option(None, "--input-value", help=INPUT_VALUE_HELP),
-    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Seed of the random check inputs."),
-    providers: str = typer.Option(
-        "cpu", "--providers", help="onnxruntime execution providers for the check, e.g. cuda,cpu."
-    ),
-    report: Path = typer.Option(None, "--report", help="Write the run's report as JSON here."),
+    input_shape: list[str] = opt.input_shape(),
+    data: Path = opt.data(),
+    input_value: list[str] = opt.input_value(),
+    seed: int = opt.seed(),
+    providers: str = opt.providers(),
+    report: Path = typer.Option(None, "--report", help="Write the run's report as JSON here "
+                                "(what --json prints)."),
     dump_after: str = typer.Option(
         None, "--dump-after",
         help="Write the model after this pass (a pass name, or 'all') next to the output.",
@@ -68,29 +59,16 @@ def run_command(
         None, "--external-data/--no-external-data",
         help="Store weights in <output>.data [default: only when over 2 GB].",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON, not a table."),
+    as_json: bool = opt.as_json(),
     explain: bool = typer.Option(
         False, "--explain",
         help="Show which Conv -> (bias) -> activation chains TensorRT can fuse after the run, "
         "for each broken one the node in the way, why, and the pass that fixes it, "
         "and the NMS regions with the NMS pass for the --trt target (also in the JSON report).",
     ),
-    trt: str = typer.Option(
-        None, "--trt",
-        help="TensorRT version the model is prepared for (8.6, 10, 10.12, ...): passes that "
-        "depend on it read it, and after the pipeline the findings of `graphfix doctor` that "
-        "still block parsing are printed (all findings in the JSON report).",
-    ),
-    fail_on: str = typer.Option(
-        "error", "--fail-on",
-        help="With --trt: exit 1 when the result still has doctor findings at or above this "
-        "severity (error: the target will not parse it), after writing it; 'never' exits 0.",
-    ),
-    plugin_rules: list[Path] = typer.Option(
-        None, "--plugin-rules",
-        help="User plugin rules for substitute-plugins: a .py file (executed; it defines "
-        "RULES) or a .yaml file; repeatable. See docs/plugins.md.",
-    ),
+    trt: str = opt.trt(),
+    fail_on: str = opt.fail_on(),
+    plugin_rules: list[Path] = opt.plugin_rules(),
     max_rewrites: int = typer.Option(
         None, "--max-rewrites", min=0,
         help="Apply only the first N rewrites of the whole run (numbered in order over all "
@@ -109,12 +87,7 @@ def run_command(
     from graphfix.passes.pipeline import parse_pipeline
 
     with user_errors(ctx):
-        from graphfix.cli.doctor import FAIL_ON
-
-        if fail_on not in FAIL_ON:
-            raise GraphfixError(f"--fail-on {fail_on!r} is not a severity",
-                                "run exits 1 when the result has a doctor finding at or above "
-                                "it", f"use one of: {', '.join(FAIL_ON)}")
+        opt.check_fail_on(fail_on)
         pipeline = parse_pipeline(passes if passes is not None else default_pipeline(trt))
         shapes = dict(parse_input_shape(s) for s in input_shape or [])
         options = dict(check=check, input_shapes=shapes, data=data,

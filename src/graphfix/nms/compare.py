@@ -98,9 +98,14 @@ class DetectionReport:
                 f"difference {self.max_score_diff:.3g}, max count difference "
                 f"{self.max_count_diff}")
 
+    @property
+    def passed(self) -> bool:
+        """The check's verdict (`graphfix check --detections`): `ok`."""
+        return self.ok
+
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "images": self.images, "count_a": self.count_a,
-                "count_b": self.count_b, "matched_a": self.matched_a,
+        return {"schema": "graphfix.detections/1", "ok": self.ok, "images": self.images,
+                "count_a": self.count_a, "count_b": self.count_b, "matched_a": self.matched_a,
                 "matched_b": self.matched_b, "min_iou": self.min_iou,
                 "mean_iou": self.mean_iou, "class_agreement": self.class_agreement,
                 "max_score_diff": self.max_score_diff, "max_count_diff": self.max_count_diff}
