@@ -60,6 +60,6 @@ def test_a_second_run_keeps_what_the_first_merged(tmp_path):
     out = CliRunner().invoke(app, ["check", str(tmp_path / "a.onnx"), str(tmp_path / "c.onnx"),
                                    "--json"])
     assert out.exit_code == 0, out.output
-    status = {t["name"]: t["status"] for t in json.loads(out.stdout)["tensors"]}
-    assert {t: status[t] for t in bn_inputs} == dict.fromkeys(bn_inputs, "merged by fold-bn")
-    assert status[identity] == "merged by cleanup"
+    status = {t["name"]: (t["status"], t["detail"]) for t in json.loads(out.stdout)["tensors"]}
+    assert {t: status[t] for t in bn_inputs} == dict.fromkeys(bn_inputs, ("merged", "fold-bn"))
+    assert status[identity] == ("merged", "cleanup")

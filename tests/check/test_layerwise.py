@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 import graphfix.check._runs as runs
 from graphfix.api import run
 from graphfix.check.layerwise import SCHEMA, compare_layerwise, resolve_mode
+from graphfix.check.status import TensorStatus
 from graphfix.errors import GraphfixError
 
 C = 4  # channels; every activation is 1 x 4 x 8 x 8 float32 = 1024 bytes
@@ -97,7 +98,8 @@ def test_fold_bn_rewrite_passes_with_merged_tensors_shown():
     assert report.outputs_ok and report.first_divergence is None and report.origins == []
     by = {t.name: t for t in report.tensors}
     for i in range(1, 7):
-        assert by[f"c{i}"].status == "merged by fold-bn", by[f"c{i}"]
+        assert (by[f"c{i}"].status, by[f"c{i}"].detail) == (TensorStatus.MERGED, "fold-bn")
+        assert by[f"c{i}"].describe_status() == "merged by fold-bn"
         assert by[f"c{i}"].ok is None and by[f"c{i}"].candidate is None
         assert by[f"b{i}"].status == "compared" and by[f"b{i}"].ok
         assert by[f"b{i}"].max_abs < 1e-4
@@ -267,7 +269,7 @@ def test_json_report_is_strict_json():
     ref = chain()
     report = compare_layerwise(ref, perturb(ref, "w4"), samples(ref))
     data = json.loads(json.dumps(report.to_json(), allow_nan=False))
-    assert data["schema"] == SCHEMA == "graphfix.check/1"
+    assert data["schema"] == SCHEMA == "graphfix.check/2"
     assert data["first_divergence"]["name"] == "c4"
     assert data["origins"][0]["node"] == "Conv 'conv4'"
     assert data["tensors"][1]["sqnr_db"] == "inf"

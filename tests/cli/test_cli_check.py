@@ -39,7 +39,7 @@ def test_rewrite_passes_and_a_perturbed_conv_fails(tmp_path):
     failed = runner.invoke(app, ["check", str(ref), str(bad), "--json"])
     assert failed.exit_code == 1, failed.output
     data = json.loads(failed.stdout)
-    assert data["schema"] == "graphfix.check/1" and data["passed"] is False
+    assert data["schema"] == "graphfix.check/2" and data["passed"] is False
     assert data["first_divergence"]["name"] == conv.output[0]
     assert data["origins"][0]["name"] == conv.output[0]
 

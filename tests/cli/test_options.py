@@ -107,3 +107,15 @@ def test_the_console_script_refuses_an_old_spelling_with_exit_2(tmp_path):
                           text=True, cwd=tmp_path)
     assert done.returncode == 2 and done.stdout == ""
     assert "--trt-engine" in done.stderr and done.stderr.startswith("error: ")
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_rendered_help_has_no_stray_spaces(command):
+    """typer takes `[default: ...]` out of a help text and leaves its space behind
+    ("Where to write the result ."): help texts say "(default: ...)" instead."""
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(app, [*command.split(), "--help"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.replace("│", " ").split())
+    assert not re.search(r"\w \.(\s|$)", text), re.search(r".{40}\w \.(\s|$)", text)

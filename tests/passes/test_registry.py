@@ -42,3 +42,10 @@ def test_unknown_name_is_a_user_error_with_suggestions():
 def test_unknown_name_without_close_match_lists_passes():
     with pytest.raises(GraphfixError, match="The passes are: cleanup"):
         get_pass("zzzz")
+
+
+@pytest.mark.parametrize("name", ["frob", "relu-fuse", "quantize"])
+def test_a_name_with_little_in_common_gets_no_suggestion(name):
+    with pytest.raises(GraphfixError) as err:
+        get_pass(name)
+    assert "did you mean" not in err.value.message and "The passes are" in err.value.message

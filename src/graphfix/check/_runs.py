@@ -33,6 +33,7 @@ from onnx import helper
 
 from graphfix import weights
 from graphfix.check._inline import Group
+from graphfix.check.status import TensorStatus
 from graphfix.errors import GraphfixError, said
 from graphfix.runtime.expose import (
     activation_bytes,
@@ -121,7 +122,7 @@ class Plan:
     group: Group
     tensors: list[str]  # the reference's main-graph tensors (group's model)
     pairs: dict[str, str] = field(default_factory=dict)
-    status: dict[str, str] = field(default_factory=dict)
+    status: dict[str, tuple[TensorStatus, str]] = field(default_factory=dict)  # not compared
     dtypes: dict[str, str] = field(default_factory=dict)
     ref_inputs: set[str] = field(default_factory=set)
     cand_inputs: set[str] = field(default_factory=set)
@@ -153,15 +154,16 @@ def plan_group(group: Group, samples: Sequence[Mapping[str, np.ndarray]],
         plan.dtypes[t] = _dtype_name(ref_info.get(t, (0, None))[0])
         other = renamed.get(t, t)
         if other not in cand_names:
-            plan.status[t] = f"merged by {removed[t]}" if t in removed else "only in reference"
+            plan.status[t] = (TensorStatus.MERGED, removed[t]) if t in removed else \
+                (TensorStatus.ONLY_IN_REFERENCE, "")
             continue
         why = _static_mismatch(ref_info.get(t, (0, None))[0], cand_info.get(other, (0, None))[0])
         if engine is not None and _cand_runs(plan, other) and other not in engine.exposed:
-            plan.status[t] = engine.status(other)
+            plan.status[t] = (engine.status(other), "")
         elif other in targets:
-            plan.status[t] = RESHAPE_TARGET
+            plan.status[t] = (TensorStatus.RESHAPE_TARGET, "")
         elif why:
-            plan.status[t] = f"not comparable ({why})"
+            plan.status[t] = (TensorStatus.NOT_COMPARABLE, why)
         else:
             plan.pairs[t] = other
     sizes = _sizes(plan, ref_feeds, cand_feeds, ref_info, cand_info)
@@ -171,9 +173,6 @@ def plan_group(group: Group, samples: Sequence[Mapping[str, np.ndarray]],
         plan.notes.append(f"... and {len(notes) - 3} more tensors larger than the memory "
                           "budget, each run alone")
     return plan
-
-
-RESHAPE_TARGET = "a constant Reshape target in the candidate (its Reshape's output is compared)"
 
 
 def _reshape_targets(cand: onnx.ModelProto, consts: Mapping[str, onnx.TensorProto]) -> set[str]:

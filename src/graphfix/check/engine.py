@@ -53,13 +53,12 @@ from typing import Any
 
 import numpy as np
 
+from graphfix.check.status import TensorStatus
 from graphfix.errors import GraphfixError, said
 
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
-FUSED = "fused by TensorRT"
-NOT_DEBUG = "not a debug tensor of the engine"
-NOT_MARKED = "not marked in the engine (inside an If branch)"
+FUSED, NOT_DEBUG, NOT_MARKED = TensorStatus.FUSED, TensorStatus.NOT_DEBUG, TensorStatus.NOT_MARKED
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,7 @@ class TrtEngine:
 
     runner: Any
     exposed: frozenset[str]
-    absent: str
+    absent: TensorStatus
     notes: list[str] = field(default_factory=list)
     asked: frozenset[str] = frozenset()
     sqnr_by_default: bool = False  # precision unknown or reduced: judge by SQNR
@@ -115,7 +114,7 @@ class TrtEngine:
         # TrtRunner may reuse its output buffers between runs: copy what is kept
         return {k: np.array(v, copy=True) for k, v in out.items() if k in self.exposed}
 
-    def status(self, name: str) -> str:
+    def status(self, name: str) -> TensorStatus:
         """Why tensor `name` is not compared, when the engine does not expose it."""
         return self.absent if not self.asked or name in self.asked else NOT_MARKED
 

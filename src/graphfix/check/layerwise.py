@@ -50,6 +50,7 @@ from graphfix.check._inline import (
 )
 from graphfix.check._origins import ERROR_FLOOR, MIN_AMPLIFICATION, Origin, find_origins
 from graphfix.check._runs import Plan, SessionCache, plan_group, run_plan
+from graphfix.check.status import TensorStatus
 from graphfix.errors import GraphfixError
 from graphfix.graph.protos import graph_protos, walk_protos
 from graphfix.runtime import references
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
 __all__ = ["ERROR_FLOOR", "MIN_AMPLIFICATION", "SCHEMA", "LayerwiseReport", "Origin",
            "TensorResult", "compare_layerwise"]
 
-SCHEMA = "graphfix.check/1"
+SCHEMA = "graphfix.check/2"  # /2: status is a TensorStatus value, with detail
 MODES = ("auto", "strict", "sqnr")
 _QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
 GRAPH_INPUT = "graph input"
@@ -80,7 +81,7 @@ class TensorResult:
     node: str  # label of the producing reference node; "graph input" for inputs
     op: str  # "" for graph inputs
     dtype: str
-    status: str  # "compared" | "merged by <pass>" | "only in reference" | "not comparable (...)"
+    status: TensorStatus
     max_abs: float | None
     max_rel: float | None
     sqnr_db: float | None
@@ -89,6 +90,10 @@ class TensorResult:
     order: int  # position in the reference's topological order (index in report.tensors)
     node_key: str = ""  # the node's name as --exclude-nodes takes it ("" for inputs)
     quantized: bool = False  # sqnr mode: the candidate computes it from DequantizeLinear outputs
+    detail: str = ""  # MERGED: the pass; NOT_COMPARABLE: why
+
+    def describe_status(self) -> str:
+        return self.status.describe(self.detail)
 
 
 @dataclass
@@ -342,18 +347,19 @@ def _results(reference: onnx.ModelProto, plans: Sequence[Plan], tallies: Mapping
             node=producer.label if producer else GRAPH_INPUT,
             op=producer.op if producer else "",
             dtype=(tally.dtype if tally and tally.dtype else plan.dtypes.get(name, "")),
-            status=plan.status.get(name, "compared"),
+            status=plan.status.get(name, (TensorStatus.COMPARED, ""))[0],
+            detail=plan.status.get(name, (TensorStatus.COMPARED, ""))[1],
             max_abs=None, max_rel=None, sqnr_db=None, worst_sample=None, ok=None,
             order=index, node_key=producer.key if producer else "",
         )
         if tally is not None and tally.compared:
             result.candidate = tally.candidate
-            result.status = "compared"
+            result.status, result.detail = TensorStatus.COMPARED, ""
             result.max_abs, result.max_rel = tally.max_abs, tally.max_rel
             result.sqnr_db, result.worst_sample, result.ok = tally.sqnr_db, tally.worst, tally.ok
             result.quantized = tally.candidate in quantized
         elif tally is not None and tally.why:
-            result.status = f"not comparable ({tally.why})"
+            result.status, result.detail = TensorStatus.NOT_COMPARABLE, tally.why
         results.append(result)
     return results
 

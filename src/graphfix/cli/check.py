@@ -98,11 +98,11 @@ def _num(value, spec: str = "{:.3g}") -> str:
 
 
 def _print(result, shown: int) -> None:
-    from graphfix.check.engine import FUSED
+    from graphfix.check.status import TensorStatus
 
-    compared = [t for t in result.tensors if t.status == "compared"]
-    merged = [t for t in result.tensors if t.status.startswith("merged by")]
-    fused = [t for t in result.tensors if t.status == FUSED]
+    compared = [t for t in result.tensors if t.status is TensorStatus.COMPARED]
+    merged = [t for t in result.tensors if t.status is TensorStatus.MERGED]
+    fused = [t for t in result.tensors if t.status is TensorStatus.FUSED]
     console.print(f"{result.mode} mode ({result.runtime}): {len(compared)} tensors compared "
                   f"over {result.samples} sample(s) in {result.chunks} run(s); {len(merged)} "
                   "merged by graphfix passes" + (f", {len(fused)} fused by TensorRT"

@@ -15,7 +15,7 @@ def demo_command(
     ctx: typer.Context,
     out_dir: Path = typer.Option(
         None, "--out-dir",
-        help="Where to write the sample and its result [default: a new temp dir].",
+        help="Where to write the sample and its result (default: a new temporary directory).",
     ),
 ) -> None:
     """Build a sample Conv-BN-ReLU network, run the default pipeline with checks, show the table."""

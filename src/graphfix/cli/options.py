@@ -59,8 +59,8 @@ def data_loader_script() -> Any:
 def samples() -> Any:
     return typer.Option(
         None, "--samples", min=1,
-        help="How many samples to use [default: calibrate every sample of the data, check "
-        "3]; check compares every one and reports the worst.")
+        help="How many samples to use (default: calibrate every sample of the data, check "
+        "3); check compares every one and reports the worst.")
 
 
 def seed() -> Any:
@@ -104,15 +104,15 @@ def providers() -> Any:
 def memory_budget() -> Any:
     return typer.Option(None, "--memory-budget",
                         help="Activation memory one onnxruntime run may expose, e.g. 512MB, "
-                        "2GB [default: from the free memory].")
+                        "2GB (default: from the free memory).")
 
 
 def output() -> Any:
     return typer.Option(
         None, "-o", "--output",
-        help="Where to write the result [default: beside the input, <stem>.graphfix.onnx "
+        help="Where to write the result. Default: beside the input, <stem>.graphfix.onnx "
         "(run), <stem>.int8.onnx (calibrate), <stem>.plugins.yaml (plugins match), "
-        "<stem>.plugins.onnx (plugins apply)].")
+        "<stem>.plugins.onnx (plugins apply).")
 
 
 def as_json() -> Any:

@@ -32,7 +32,7 @@ def run_command(
         None, "--passes", "-p",
         help="Pipeline text: pass names separated by commas, options in braces, e.g. "
         f"'cleanup,fold-bn,fix-shapes{{input=1x3x224x224}}'. See `graphfix passes`. "
-        f"[default: {DEFAULT_PIPELINE}; with --trt: {TRT_PIPELINE}]",
+        f"Default: {DEFAULT_PIPELINE}; with --trt: {TRT_PIPELINE}.",
         show_default=False,
     ),
     check: bool = typer.Option(
@@ -57,7 +57,7 @@ def run_command(
     ),
     external_data: Optional[bool] = typer.Option(  # noqa: UP045 (typer < 0.17 needs Optional)
         None, "--external-data/--no-external-data",
-        help="Store weights in <output>.data [default: only when over 2 GB].",
+        help="Store weights in <output>.data (default: only when over 2 GB).",
     ),
     as_json: bool = opt.as_json(),
     explain: bool = typer.Option(

@@ -8,12 +8,13 @@ trt="10")` is `graphfix.api.doctor` (`graphfix._command_module`).
 
 from graphfix._command_module import make_callable
 from graphfix._lazy import lazy_attributes
-from graphfix.doctor.findings import ERROR, INFO, SCHEMA, WARN, Diagnosis, Finding
+from graphfix.doctor.findings import ERROR, INFO, SCHEMA, WARN, Diagnosis, Finding, Severity
 
 _LAZY = {"Rule": "graphfix.doctor.engine", "diagnose": "graphfix.doctor.engine",
          "rules": "graphfix.doctor.engine"}
 
-__all__ = ["ERROR", "INFO", "SCHEMA", "WARN", "Diagnosis", "Finding", "Rule", "diagnose", "rules"]
+__all__ = ["ERROR", "INFO", "SCHEMA", "WARN", "Diagnosis", "Finding", "Rule", "Severity",
+           "diagnose", "rules"]
 
 
 __getattr__ = lazy_attributes(__name__, _LAZY)

@@ -10,11 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 SCHEMA = "graphfix.doctor/1"
 
-ERROR, WARN, INFO = "error", "warn", "info"
+
+
+class Severity(StrEnum):
+    """How bad a finding is (a str: the JSON holds the value). ERROR: the target's parser
+    rejects the model; WARN: it parses, but something is lost or slow; INFO: a fact."""
+
+    ERROR = "error"
+    WARN = "warn"
+    INFO = "info"
+
+
+ERROR, WARN, INFO = Severity
 SEVERITIES = (ERROR, WARN, INFO)  # most severe first
 _RANK = {ERROR: 2, WARN: 1, INFO: 0}
 
@@ -29,7 +41,7 @@ class Finding:
     """One fact. `rule` is a stable id (see graphfix.doctor.engine.RULES)."""
 
     rule: str
-    severity: str
+    severity: Severity
     message: str
     nodes: tuple[str, ...] = ()
     tensors: tuple[str, ...] = ()
@@ -40,6 +52,7 @@ class Finding:
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"unknown severity {self.severity!r}")
+        object.__setattr__(self, "severity", Severity(self.severity))
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -168,7 +168,7 @@ def _all_tensors(report: LayerwiseReport) -> Markup:
     if not report.tensors:
         return Markup("")
     shown = report.tensors[:MAX_ALL_ROWS]
-    rows = [[*row[:3], t.status, *row[3:]] for t in shown for row in [_row(t)]]
+    rows = [[*row[:3], t.describe_status(), *row[3:]] for t in shown for row in [_row(t)]]
     head = (*_HEAD[:3], "status", *_HEAD[3:])
     body = table(head, rows, row_classes=_classes(shown, report))
     return Markup(f"<section><details><summary>Every tensor ({len(report.tensors)})"

@@ -62,6 +62,10 @@ PASSES: tuple[type[Pass], ...] = (
     SubstitutePlugins,
 )
 
+# A suggestion must share this much of the name (difflib ratio): "fold-nb" gets
+# "fold-bn" (0.86), "frob" gets the list of passes instead of "fold-bn" (0.55).
+SUGGEST_CUTOFF = 0.75
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -148,7 +152,7 @@ def get_pass(name: str) -> type[Pass]:
         return REGISTRY[name]
     except KeyError:
         names = list(REGISTRY) + list(PRESET_REGISTRY)
-        close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+        close = difflib.get_close_matches(name, names, n=3, cutoff=SUGGEST_CUTOFF)
         hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
         presets = f"; the presets are: {', '.join(PRESET_REGISTRY)}" if PRESET_REGISTRY else ""
         raise GraphfixError(
