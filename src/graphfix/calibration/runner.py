@@ -1,5 +1,6 @@
-"""`graphfix.calibrate`: statistics once, every requested method from them, each Q/DQ model
-compared with FP32 on held-apart samples, bad clips found, and a recommendation.
+"""The calibration itself (under `graphfix.calibrate`, `calibration.command`): statistics
+once, every requested method from them, each Q/DQ model compared with FP32 on held-apart
+samples, bad clips found, and a recommendation.
 
     model --fold-bn--> FP32 --plan--> tensors --collect(data)--> stats
     stats --every method (methods.plain_ranges)--> amaxes --auto/--method--> chosen
