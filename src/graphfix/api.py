@@ -92,7 +92,7 @@ def run(
     in_place: bool = False,
 ) -> Result:
     """Run a pipeline of passes, verifying after each (see `graphfix.passes.manager`):
-    `graphfix run` (docs/run.md) is this function and printing.
+    `graphfix run` (docs/cli/run.md) is this function and printing.
 
     `model` is a ModelProto (not modified) or a path. With `check`, outputs are
     compared with the original's after every pass on seeded random inputs (see

@@ -53,6 +53,13 @@ class Origin:
     amplification: float
     sample: int  # the sample these numbers are from (the tensor's worst)
 
+    def describe_amplification(self) -> str:
+        """"12.3x", or where the inputs are exact (the ratio is then over ERROR_FLOOR and
+        its size means nothing) "new (inputs exact)"."""
+        if self.input_error == 0:
+            return "new (inputs exact)"
+        return f"{self.amplification:.3g}x"
+
 
 def amplification(error: float, input_error: float) -> float:
     den = max(input_error, ERROR_FLOOR)

@@ -133,7 +133,7 @@ class LayerwiseReport:
         return sorted(rows, key=lambda t: (t.sqnr_db, t.order))[:top]
 
     def to_json(self) -> dict:
-        """Schema "graphfix.check/1". Non-finite numbers are the strings "inf", "-inf",
+        """Schema "graphfix.check/2". Non-finite numbers are the strings "inf", "-inf",
         "nan" (an exact tensor has sqnr_db "inf"); null means "not compared"."""
         first = self.first_divergence
         return _jsonable({

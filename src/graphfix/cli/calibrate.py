@@ -47,10 +47,11 @@ def calibrate_command(
     eval_key: str = typer.Option(None, "--eval-key", help="The array in --eval-data."),
     labels: str = typer.Option(None, "--labels", help="Key of the labels array (in "
                                "--eval-data, else --data) for accuracy."),
-    exclude_nodes: str = typer.Option("", "--exclude-nodes", help="Node names kept in float."),
+    exclude_nodes: str = typer.Option("", "--exclude-nodes", help="Node names kept in float, "
+                                      "comma-separated (check --json suggests them)."),
     exclude_op_types: str = typer.Option("", "--exclude-op-types",
                                          help="Op types kept in float (e.g. Gemm,Add)."),
-    bins: int = typer.Option(2048, "--bins", help="Histogram bins (128 to 16384)."),
+    bins: int = typer.Option(2048, "--bins", help="Histogram bins, 128 to 16384."),
     memory_budget: str = opt.memory_budget(),
     providers: str = opt.providers(),
     as_json: bool = opt.as_json(),

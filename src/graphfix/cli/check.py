@@ -130,7 +130,7 @@ def _print(result, shown: int) -> None:
             table.add_column(col, overflow="fold")
         for o in result.origins[:shown]:
             table.add_row(escape(o.node), escape(o.name), _num(o.error), _num(o.input_error),
-                          _num(o.amplification, "{:.3g}x"))
+                          o.describe_amplification())
         console.print(table)
     for note in result.notes:
         console.print(f"note: {note}", markup=False)

@@ -14,7 +14,7 @@ from graphfix.cli.common import EXIT_FAILED, EXIT_INTERNAL, EXIT_USER_ERROR
 
 EXIT_OK = 0
 
-USER_ERROR = ("a user error, before any output is written: a bad flag or value, a missing or "
+USER_ERROR = ("a user error, and nothing is written: a bad flag or value, a missing or "
               "malformed input, an output path that clashes with an input or another output, "
               "an old flag spelling (the error names the new one). One paragraph says what, "
               "why and how to fix it; `--debug` adds the traceback.")
@@ -37,7 +37,8 @@ EXITS: dict[str, dict[int, str]] = {
         "`--fail-on` (default error) remain after the run (the result is written first); "
         "or `--bisect` found a rewrite that breaks the numbers."),
     "doctor": _exits(
-        "no finding at or above `--fail-on` (default error): the target parses the model.",
+        "no finding at or above `--fail-on` (with the default, error: the target's parser "
+        "takes the model).",
         "a finding at or above `--fail-on` exists (`--fail-on never`: never exit 1)."),
     "check": _exits(
         "the check passed: strict mode, every compared tensor agrees; sqnr mode, every graph "
@@ -63,7 +64,8 @@ class Key:
 
 @dataclass(frozen=True)
 class Schema:
-    """One JSON document a command prints: `when` it prints this one ("" by default)."""
+    """One JSON document a command prints: `when` it prints this one instead of the
+    first ("" for the first). `name`: its `schema` key ("": it has none)."""
 
     name: str
     source: str  # where the code builds it
@@ -72,7 +74,7 @@ class Schema:
 
 
 RUN = Schema("graphfix.run/1", "graphfix.report.Report.to_json", (
-    Key("schema", '"graphfix.run/1"'),
+    Key("schema", '`"graphfix.run/1"`'),
     Key("pipeline", "the pipeline that ran, as text `--passes` takes"),
     Key("passes", "one object per pass run, in order: spec, status (applied, unchanged, rolled "
         "back), seconds, node counts, counts, notes, the check, the rollback reason and cause"),
@@ -98,7 +100,7 @@ RUN = Schema("graphfix.run/1", "graphfix.report.Report.to_json", (
 ))
 
 BISECT = Schema("graphfix.bisect/1", "graphfix.passes.bisect.Bisection.to_json", (
-    Key("schema", '"graphfix.bisect/1"'),
+    Key("schema", '`"graphfix.bisect/1"`'),
     Key("pipeline", "the pipeline bisected, as text"),
     Key("rewrites", "how many rewrites the full run applies"),
     Key("culprit", "the first rewrite that breaks the numbers, {index, spec, label, step} "
@@ -109,7 +111,7 @@ BISECT = Schema("graphfix.bisect/1", "graphfix.passes.bisect.Bisection.to_json",
 ), when="--bisect")
 
 DOCTOR = Schema("graphfix.doctor/1", "graphfix.doctor.findings.Diagnosis.to_json", (
-    Key("schema", '"graphfix.doctor/1"'),
+    Key("schema", '`"graphfix.doctor/1"`'),
     Key("model", "the model examined"),
     Key("target", "{label, matrix, note}: the TensorRT version and the operator table used"),
     Key("parses", "whether the target's parser will take the model (no error finding)"),
@@ -123,8 +125,8 @@ DOCTOR = Schema("graphfix.doctor/1", "graphfix.doctor.findings.Diagnosis.to_json
     Key("seconds", "time taken"),
 ))
 
-CHECK = Schema("graphfix.check/1", "graphfix.check.layerwise.LayerwiseReport.to_json", (
-    Key("schema", '"graphfix.check/1"'),
+CHECK = Schema("graphfix.check/2", "graphfix.check.layerwise.LayerwiseReport.to_json", (
+    Key("schema", '`"graphfix.check/2"`'),
     Key("mode", "strict or sqnr (auto resolved)"),
     Key("runtime", "where the candidate ran: onnxruntime or tensorrt"),
     Key("samples", "samples compared"),
@@ -137,14 +139,14 @@ CHECK = Schema("graphfix.check/1", "graphfix.check.layerwise.LayerwiseReport.to_
     Key("origins", "nodes where the error starts, most amplifying first"),
     Key("sensitivity", "sqnr mode: the lowest-SQNR quantized tensors ([] in strict mode)"),
     Key("exclude_nodes", "sqnr mode: node names for `calibrate --exclude-nodes`"),
-    Key("tensors", "every reference tensor: status, max abs and rel error, SQNR, worst "
+    Key("tensors", "every reference tensor: status and detail, max abs and rel error, SQNR, worst "
         "sample, ok"),
     Key("notes", "what the comparison left out or substituted, and why"),
     Key("doctor", "the candidate's `graphfix.doctor/1` diagnosis", only="--trt"),
 ))
 
 DETECTIONS = Schema("graphfix.detections/1", "graphfix.nms.compare.DetectionReport.to_json", (
-    Key("schema", '"graphfix.detections/1"'),
+    Key("schema", '`"graphfix.detections/1"`'),
     Key("ok", "the verdict: every box matched both ways with the same class, equal counts"),
     Key("images", "images compared"),
     Key("count_a", "detections of REFERENCE"),
@@ -160,7 +162,7 @@ DETECTIONS = Schema("graphfix.detections/1", "graphfix.nms.compare.DetectionRepo
 
 _CALIBRATE = "graphfix.calibration.session.summary"
 CALIBRATE = Schema("graphfix.calibrate/2", _CALIBRATE, (
-    Key("schema", '"graphfix.calibrate/2"'),
+    Key("schema", '`"graphfix.calibrate/2"`'),
     Key("data", "the calibration data (and evaluation data) used, described"),
     Key("tensors", "tensors with statistics"),
     Key("stats_seconds", "time of the statistics pass"),
@@ -174,27 +176,27 @@ CALIBRATE = Schema("graphfix.calibrate/2", _CALIBRATE, (
 ))
 
 FROM_CACHE = Schema("graphfix.calibrate/2", "graphfix.calibration.command._from_cache", (
-    Key("schema", '"graphfix.calibrate/2"'),
+    Key("schema", '`"graphfix.calibrate/2"`'),
     Key("from_cache", "the calibration cache read"),
     Key("methods", "[] (no statistics)"),
-    Key("recommended", '"cache"'),
+    Key("recommended", '`"cache"`'),
     Key("clipping", "[]"),
     Key("notes", "[]"),
     Key("written", "every file written, with what it is"),
 ), when="--from-cache")
 
-PASSES = Schema("(none)", "graphfix.cli.passes.passes_command", (
+PASSES = Schema("", "graphfix.cli.passes.passes_command", (
     Key("default_pipeline", "the pipeline `run` runs without `--passes`"),
     Key("passes", "every pass: name, summary, options (name, type, default), option_syntax"),
     Key("presets", "every preset: name, summary, passes, max_rounds"),
 ))
 
-PLUGINS_LIST = Schema("(none)", "graphfix.cli.plugins.list_command", (
+PLUGINS_LIST = Schema("", "graphfix.cli.plugins.list_command", (
     Key("target", "the `--trt` version (null without it)"),
     Key("rules", "every substitution rule: rule, matches, plugin, source, at_target, summary"),
     Key("plugins", "every plugin spec: plugin, versions, status, deprecated_since, "
         "removed_in, reference, fields"),
-), when="plugins list --json")
+))
 
 SCHEMAS: dict[str, tuple[Schema, ...]] = {
     "run": (RUN, BISECT),
@@ -206,7 +208,3 @@ SCHEMAS: dict[str, tuple[Schema, ...]] = {
     "demo": (),
 }
 
-DEEPER = {  # the hand-written page each command page links (relative to docs/cli/)
-    "run": "../debugging.md", "doctor": "../doctor.md", "check": "../check.md",
-    "calibrate": "../calibrate.md", "plugins": "../plugins.md",
-}

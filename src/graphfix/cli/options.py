@@ -71,8 +71,8 @@ def seed() -> Any:
 def trt() -> Any:
     return typer.Option(
         None, "--trt", metavar="VERSION",
-        help="The TensorRT version to target: 8.6, 10, 10.12, 11.1, ... run prepares the "
-        "model for it and reports what still blocks it; doctor and check diagnose for it; "
+        help="The TensorRT version to target (8.6, 10, 10.12, 11.1 and so on). run prepares "
+        "the model for it and reports what still blocks it; doctor and check diagnose for it; "
         "calibrate writes its cache header and checks the Q/DQ model for it; plugins shows "
         "and checks plugins for it. Without it, doctor and calibrate use the installed "
         "tensorrt (else doctor the newest version graphfix knows, calibrate 10.16); the "
@@ -90,15 +90,16 @@ def fail_on() -> Any:
     return typer.Option(
         "error", "--fail-on",
         help="Exit 1 when doctor findings at or above this severity remain (error: the "
-        "target will not parse the model; warn; never: exit 0). run: with --trt, after "
-        "writing the result.")
+        "target will not parse the model; warn; never: exit 0). run checks this only with "
+        "--trt, after writing the result.")
 
 
 def providers() -> Any:
     return typer.Option(
         "cpu", "--providers",
-        help="onnxruntime execution providers in order of preference: cpu, cuda,cpu, or "
-        "onnxruntime's full names (onnxruntime-gpu for cuda).")
+        help="onnxruntime execution providers, comma-separated in order of preference, e.g. "
+        "cpu (the default) or cuda,cpu (needs onnxruntime-gpu); other providers by "
+        "onnxruntime's full name.")
 
 
 def memory_budget() -> Any:

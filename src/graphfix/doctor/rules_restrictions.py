@@ -29,6 +29,9 @@ from graphfix.trt import TrtTarget
 
 FOLD = "fold-constants (then fix-shapes if the value depends on a dynamic shape)"
 STATIC = "fix-shapes{INPUT=DIMS} with the sizes you will run, then fold-constants"
+EINSUM = ("lower-unsupported (graphfix run --trt VERSION): an ellipsis that leads every "
+          "operand and the output becomes MatMul/Transpose/Reshape; other equations need a "
+          "re-export without the ellipsis")
 BRANCHES = (f"{STATIC}: an If whose condition becomes a constant is replaced by the branch "
             "it takes")
 DROPOUT = ("fold-constants, then eliminate-noops (removes a Dropout whose training_mode is "
@@ -94,7 +97,8 @@ RESTRICTIONS: tuple[Restriction, ...] = (
                 attrs.heads_from_shapes),
     Restriction(r"^`pads` for the beginning and end along each spatial axis must be the same$",
                 attrs.symmetric_pads),
-    Restriction(r"^Ellipsis and diagonal operations are not supported$", attrs.einsum_plain),
+    Restriction(r"^Ellipsis and diagonal operations are not supported$", attrs.einsum_plain,
+                EINSUM),
     Restriction(r"^Broadcasting between inputs is not supported$", attrs.einsum_no_broadcast),
     Restriction(r"^Zero-constant padding on two dimensions only$", attrs.zero_padding_two_dims),
     # a behaviour, not a condition: nms-strategy quotes the parser notes on it

@@ -148,7 +148,7 @@ def _marks(c: Canvas, shown: Sequence[Point], report: LayerwiseReport, x: Scale,
                      size=7.5)
         if t.name in rank:
             k, o = rank[t.name]
-            tip = f"origin #{k}: error {fmt(o.error)}, amplification {fmt(o.amplification)}x"
+            tip = f"origin #{k}: error {fmt(o.error)}, amplification {o.describe_amplification()}"
             c.marker("diamond", px, py, "org", _tooltip(p, report.mode, tip), size=4.5)
             if k <= 9:
                 near_end = px > RIGHT - 24

@@ -112,7 +112,7 @@ def _origins(report: LayerwiseReport) -> Markup:
     if not report.origins:
         return Markup("")
     rows = [(i + 1, code(o.node, NAME_CHARS), code(o.name, NAME_CHARS), o.op, fmt(o.error),
-             fmt(o.input_error), fmt(o.amplification), o.sample)
+             fmt(o.input_error), o.describe_amplification(), o.sample)
             for i, o in enumerate(report.origins)]
     head = ("#", "node", "tensor", "op", "error", "input error", "amplification", "sample")
     return Markup("<section><h2>Origins: where the error starts</h2>"
