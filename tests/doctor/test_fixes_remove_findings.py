@@ -52,6 +52,13 @@ def layer_norm() -> onnx.ModelProto:
                  [const("g", np.ones(4), np.float32), const("b", np.zeros(4), np.float32)])
 
 
+def einsum_leading_ellipsis() -> onnx.ModelProto:
+    """A batched matmul written as Einsum with an ellipsis (TensorRT 8.6 refuses those)."""
+    node = helper.make_node("Einsum", ["a", "b"], ["y"], name="ein",
+                            equation="...ij,...jk->...ik")
+    return model([node], [vi("a", F, [2, 3, 4]), vi("b", F, [2, 4, 5])], [vi("y", F, [2, 3, 5])])
+
+
 def int64_tensor_scatter() -> onnx.ModelProto:
     node = helper.make_node("TensorScatter", ["cache", "update"], ["y"], name="ts")
     m = model([node], [vi("cache", I64, [1, 2, 16, 8]), vi("update", I64, [1, 2, 1, 8])],
@@ -178,6 +185,7 @@ CASES = (
     Case("op-unsupported", "LayerNormalization", layer_norm, "8.4", "lower-unsupported"),
     Case("dtype-unsupported", "TensorScatter", int64_tensor_scatter, "10.16", "int64-to-int32"),
     Case("restriction-violated", "ReduceSum", computed_axes, "10.16", "fold-constants"),
+    Case("restriction-violated", "Einsum", einsum_leading_ellipsis, "8.6", "lower-unsupported"),
     Case("restriction-violated", "EyeLike", dynamic_eye_like, "10.16",
          "fix-shapes{x=3x4},fold-constants"),
     Case("restriction-violated", "Dropout", computed_dropout_mode, "10.16",
