@@ -5,7 +5,8 @@
     print(result.to_json())
 
 `run` and `bisect` are here; `doctor` too; `calibrate` lives in
-`graphfix.calibration.command` and `check` in `graphfix.check.command`, imported here.
+`graphfix.calibration.command`, `check` in `graphfix.check.command` and the
+`plugins list|match|apply` commands in `graphfix.plugins.command`, imported here.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from graphfix.passes.bisect import Bisection, ProbeOutcome, bisect_rewrites
 from graphfix.passes.defaults import default_pipeline
 from graphfix.passes.manager import PassCallback, run_pipeline
 from graphfix.passes.pipeline import Pipeline, parse_pipeline
+from graphfix.plugins.command import apply as plugins_apply
+from graphfix.plugins.command import catalog as plugins_list
+from graphfix.plugins.command import match as plugins_match
 from graphfix.report import FileRef, Report
 from graphfix.runtime.feeds import (
     DEFAULT_SEED,
@@ -45,7 +49,8 @@ if TYPE_CHECKING:
 
 ModelLike = onnx.ModelProto | str | os.PathLike
 
-__all__ = ["Calibration", "Result", "bisect", "calibrate", "check", "doctor", "run"]
+__all__ = ["Calibration", "Result", "bisect", "calibrate", "check", "doctor", "plugins_apply",
+           "plugins_list", "plugins_match", "run"]
 
 
 @dataclass

@@ -114,3 +114,28 @@ def test_the_packages_are_the_commands():
     assert graphfix.doctor(model, trt="10").parses()
     assert graphfix.check(model, model).passed
     assert {"run", "doctor", "calibrate", "check"} <= set(graphfix.__all__)
+
+
+def test_plugins(tmp_path):
+    cli = _cli_json(["plugins", "list", "--trt", "8.4"])
+    assert _api_json(graphfix.api.plugins_list("8.4")) == cli
+    roi = onnx.helper.make_node("RoiAlign", ["x", "rois", "idx"], ["y"], name="roi",
+                                output_height=2, output_width=2)
+    model = onnx.helper.make_model(onnx.helper.make_graph(
+        [roi], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 8, 8]),
+         onnx.helper.make_tensor_value_info("rois", onnx.TensorProto.FLOAT, [3, 4]),
+         onnx.helper.make_tensor_value_info("idx", onnx.TensorProto.INT64, [3])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3, 4, 2, 2])]),
+        opset_imports=[onnx.helper.make_opsetid("", 17)])
+    path, plan_path = tmp_path / "roi.onnx", tmp_path / "plan.yaml"
+    onnx.save(model, path)
+    result = runner.invoke(app, ["plugins", "match", str(path), "--trt", "8.4", "-o",
+                                 str(plan_path)])
+    assert result.exit_code == 0, result.output
+    plan = graphfix.api.plugins_match(path, trt="8.4")
+    assert [e["plugin"] for e in plan.entries] == ["ROIAlign_TRT"]
+    assert plan.to_yaml() == plan_path.read_text()
+    applied = graphfix.api.plugins_apply(path, plan, trt="8.4")
+    assert [n.op_type for n in applied.model.graph.node] == ["ROIAlign_TRT"]
+    assert len(applied.done) == 1
