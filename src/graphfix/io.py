@@ -31,7 +31,15 @@ from onnx.external_data_helper import load_external_data_for_tensor
 from graphfix.errors import GraphfixError
 from graphfix.graph.wellformed import check_wellformed
 from graphfix.staging import Writer, publish, stage
-from graphfix.weights import all_tensors, defer, deferrable, forget_dir, is_deferred, tensor_nbytes
+from graphfix.weights import (
+    all_tensors,
+    defer,
+    defer_inline,
+    deferrable,
+    forget_dir,
+    is_deferred,
+    tensor_nbytes,
+)
 
 _PROTOBUF_LIMIT = 2**31 - 1
 """Largest message protobuf serializes; bigger models must keep weights in external data."""
@@ -88,6 +96,7 @@ def load(path: str | os.PathLike, *, weights: bool = True) -> onnx.ModelProto:
             forget_dir(tensor)
         for tensor in deferrable(model):
             defer(tensor, base_dir)
+        defer_inline(model, data, path)
     for tensor in external:
         if not weights and is_deferred(tensor):
             continue
@@ -96,8 +105,9 @@ def load(path: str | os.PathLike, *, weights: bool = True) -> onnx.ModelProto:
         except (OSError, ValueError, onnx.checker.ValidationError) as e:
             raise GraphfixError(f"Cannot load external data of tensor '{tensor.name}' for "
                                 f"'{path}'", str(e), _REEXPORT) from e
-        # onnx < 1.20 leaves the tensor marked external (the model-level helper clears it)
-        tensor.data_location = TensorProto.DEFAULT
+        # onnx < 1.20 leaves the tensor marked external (the model-level helper clears it);
+        # cleared, not set to DEFAULT: the same bytes as `weights.materialize` writes
+        tensor.ClearField("data_location")
         del tensor.external_data[:]
     return model
 

@@ -3,7 +3,10 @@
 `io.load(path, weights=False)` checks every external-data reference as a full load
 does, reads the small tensors (shape constants and the like: at most `SMALL_ELEMENTS`
 elements, what `graph.skeleton` keeps for shape inference), and leaves the large
-main-graph initializers where they are. Such a tensor is *deferred*: it keeps
+main-graph initializers where they are: in their external-data file, or, for weights
+stored inside the .onnx file, in the .onnx file itself (`defer_inline`: the model file
+is then their "external" file, at the offset `graphfix.wire` finds). Such a tensor
+is *deferred*: it keeps
 `data_location` EXTERNAL and its `location`/`offset`/`length` entries, plus a
 `basepath` entry (a key onnx's external-data helper defines) naming the directory the
 model was loaded from. Its proto costs a few bytes, so copying, exporting or rolling
@@ -90,6 +93,39 @@ def defer(tensor: TensorProto, base_dir: str) -> None:
     entry.key, entry.value = BASE_KEY, base_dir
 
 
+def defer_inline(model: onnx.ModelProto, buf: bytes, path: str) -> int:
+    """Defer `model`'s large inline main-graph initializers to the model file they were
+    parsed from (`buf` is its bytes, `path` its name): each keeps a reference to where
+    its raw data lies in that file (`graphfix.wire`) and no bytes. How many were
+    deferred; none where the file's layout is unusual (the weights then stay inline)."""
+    def wanted(tensor: TensorProto) -> bool:
+        return tensor.data_location != TensorProto.EXTERNAL and \
+            tensor.data_type != TensorProto.STRING and math.prod(tensor.dims) > SMALL_ELEMENTS
+
+    if not any(wanted(t) for t in model.graph.initializer):
+        return 0
+    from graphfix.wire import initializer_spans
+
+    spans = initializer_spans(buf)
+    if spans is None or len(spans) != len(model.graph.initializer):
+        return 0
+    base_dir, file_name = os.path.split(os.path.abspath(path))
+    count = 0
+    for tensor, span in zip(model.graph.initializer, spans, strict=True):
+        if not wanted(tensor) or span.name != tensor.name or span.length < 0 \
+                or span.length != tensor_nbytes(tensor):
+            continue
+        tensor.ClearField("raw_data")
+        tensor.data_location = TensorProto.EXTERNAL
+        del tensor.external_data[:]
+        for key, value in (("location", file_name), ("offset", str(span.offset)),
+                           ("length", str(span.length)), (BASE_KEY, base_dir)):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+        count += 1
+    return count
+
+
 def forget_dir(tensor: TensorProto) -> None:
     """Drop `basepath` entries (a file may carry them; onnx never reads them)."""
     for i in reversed(range(len(tensor.external_data))):
@@ -149,7 +185,7 @@ def materialize(model: onnx.ModelProto) -> onnx.ModelProto:
     at a time; returns `model`."""
     for tensor in deferred(model):
         tensor.raw_data = read_bytes(tensor)
-        tensor.data_location = TensorProto.DEFAULT
+        tensor.ClearField("data_location")  # DEFAULT, and unset as in a plain export
         del tensor.external_data[:]
     return model
 
