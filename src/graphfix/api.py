@@ -95,6 +95,7 @@ def run(
     dump_after: str | None = None,
     external_data: bool | None = None,
     in_place: bool = False,
+    keep_weights: bool = True,
 ) -> Result:
     """Run a pipeline of passes, verifying after each (see `graphfix.passes.manager`):
     `graphfix run` (docs/cli/run.md) is this function and printing.
@@ -124,10 +125,14 @@ def run(
     `report` the JSON report; `dump_after` (a pass name or "all", needs `output`) the
     model after that pass, and the model a rolled-back pass produced.
     The output model's provenance (`graphfix.provenance`) is composed with the input's.
-    A path is loaded with its large external weights left in their file (`io.load`
-    with `weights=False`, `graphfix.weights`): passes read those they rewrite, the
-    checks' onnxruntime maps the file, and the result's weights are read into it at
-    the end, so `Result.model` is self-contained (docs/large-models.md).
+    A path is loaded with its large weights left in their file (`io.load` with
+    `weights=False`, `graphfix.weights`): passes read those they rewrite, the checks'
+    onnxruntime maps the file, `output` is written by copying them from it, and the
+    result's weights are read into it at the end, so `Result.model` is self-contained
+    (docs/large-models.md). `keep_weights=False` skips that last read (the CLI, which
+    only writes the model): `Result.model` then refers to the input file for the
+    weights no pass changed, and needs it in place (with `in_place` they are read
+    anyway, before the input is replaced).
     """
     from graphfix.runtime.session import provider_names
     from graphfix.writeset import Given, WriteSet
@@ -147,7 +152,6 @@ def run(
         prepared = _prepare(source, pipeline, check, input_shapes, data, input_values, seed,
                             providers, trt, plugin_rules)
         result = _execute(prepared, max_rewrites, on_pass_start, on_pass_done)
-        result.model = _with_weights(result.model, prepared.source)
         result.written = written
         _review(result, prepared, explain, name=str(out or path or "model"))
         result.report.input = FileRef(str(path)) if path else None
@@ -159,6 +163,8 @@ def run(
         if report is not None:
             files.text(report, json.dumps(result.report.to_json(), indent=2) + "\n",
                        "--report")
+        if keep_weights or in_place:  # in place: read before the file is replaced
+            result.model = _with_weights(result.model, prepared.source)
         files.commit()
     return result
 

@@ -38,8 +38,10 @@ from graphfix.weights import (
     deferrable,
     forget_dir,
     is_deferred,
+    materialized,
     tensor_nbytes,
 )
+from graphfix.weights import deferred as deferred_tensors
 
 _PROTOBUF_LIMIT = 2**31 - 1
 """Largest message protobuf serializes; bigger models must keep weights in external data."""
@@ -57,8 +59,8 @@ def load(path: str | os.PathLike, *, weights: bool = True) -> onnx.ModelProto:
     missing or shorter than declared. Nothing is attached to the returned proto but
     the directory of deferred weights: `weights=False` checks external data the same
     way but leaves the large main-graph initializers in their file, deferred
-    (`graphfix.weights`: read on demand, e.g. by a pass; `weights.materialize` before
-    `save`, which refuses them). doctor reads no weights that way, and run and check
+    (`graphfix.weights`: read on demand, e.g. by a pass; `save` copies them from their
+    file as it writes). doctor reads no weights that way, and run and check
     hold in memory only the weights a pass rewrites (docs/large-models.md).
     """
     path = os.fspath(path)
@@ -131,7 +133,9 @@ def save(model: onnx.ModelProto, path: str | os.PathLike, *, external_data: bool
 
     external_data: None = only when the model exceeds the 2 GB protobuf limit; True =
     always. Initializers of 1 KiB or more then go to `<file name>.data` beside `path`,
-    which is replaced before the model file. Writing onto `input_path` is refused
+    which is replaced before the model file. Deferred weights (`graphfix.weights`) are
+    copied from their files as the file is written (`graphfix.streamsave`), not read
+    into memory first. Writing onto `input_path` is refused
     unless `in_place`. The IR version written is `compatible_ir_version(model)`.
     Not thread-safe for one `model`: its IR version may be set during serialization.
     """
@@ -148,11 +152,17 @@ def model_files(model: onnx.ModelProto, path: str | os.PathLike, *,
     it). Serializes the model (the part that can fail on the model) before returning."""
     path = os.fspath(path)
     for tensor in all_tensors(model):
-        if tensor.data_location == TensorProto.EXTERNAL:
+        if tensor.data_location == TensorProto.EXTERNAL and not is_deferred(tensor):
             raise GraphfixError(f"Cannot write '{path}'", f"tensor '{tensor.name}' still "
                                 "refers to external data that was never loaded", "load the "
                                 "model with graphfix.io.load, which reads external data")
     ir = compatible_ir_version(model)
+    if any(True for _ in deferred_tensors(model)):
+        from graphfix import streamsave
+
+        if external_data is not True and streamsave.streamable(model):
+            return [(os.path.abspath(path), lambda f: streamsave.write(model, f, ir))]
+        model = materialized(model)
     use_external = external_data
     if use_external is None:
         use_external = _initializer_bytes_lower_bound(model) > _PROTOBUF_LIMIT

@@ -24,7 +24,8 @@ Whatever needs a deferred tensor's values reads them here:
   entries, with `options` pointing onnxruntime at the weights' directory; onnxruntime
   maps the file and reads what it runs (`runtime.session.make_session`);
 - `materialize(model)` / `materialized(model)`: the weights read into the proto (or a
-  copy), e.g. before `io.save`, which refuses deferred tensors.
+  copy), for a caller that wants the weights in memory; `io.save` does not need it: it
+  copies deferred weights from their files as it writes (`graphfix.streamsave`).
 
 A deferred tensor's file must stay in place while the model is in use.
 """
@@ -275,6 +276,21 @@ def _node_tensors(nodes: Iterable[NodeProto], out: list[TensorProto]) -> None:
 
 def _info(tensor: TensorProto) -> dict[str, str]:
     return {e.key: e.value for e in tensor.external_data}
+
+
+def reference(tensor: TensorProto) -> dict[str, str]:
+    """A deferred tensor's reference: location, offset, length and basepath."""
+    return _info(tensor)
+
+
+def open_data(tensor: TensorProto):
+    """A deferred tensor's file, open at its offset (a context manager)."""
+    return _open(tensor, _info(tensor))
+
+
+def short_read(tensor: TensorProto) -> GraphfixError:
+    """The error for a deferred tensor's file that ended before its data did."""
+    return _short(tensor, _info(tensor))
 
 
 def _open(tensor: TensorProto, info: dict[str, str]):

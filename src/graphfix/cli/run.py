@@ -110,7 +110,7 @@ def run_command(
                 on_pass_start=(lambda i, s: status.update(f"pass {i + 1}: {s}"))
                 if status else None,
                 explain=explain, output=out, report=report, dump_after=dump_after,
-                external_data=external_data, in_place=in_place,
+                external_data=external_data, in_place=in_place, keep_weights=False,
             )
         finally:
             if status:
