@@ -10,7 +10,7 @@ from gfhelpers import apply, assert_idempotent, assert_same_outputs, feeds_for, 
 from onnx import TensorProto, helper, numpy_helper
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
-from graphfix.graph import fingerprint, to_graph
+from graphfix.graph import fingerprint, to_graph, to_model
 from graphfix.passes.base import PassContext
 from graphfix.passes.dedup_constants import (
     SHARED_CONSTANT_NODES,
@@ -435,3 +435,32 @@ def test_nothing_to_do_says_why():
     g (float[3] x) => (float[3] y) { y = Relu(x) }""")
     assert_idempotent(DedupConstants(), model)
     _assert_unchanged(model, NOTHING)
+
+
+def test_weights_left_in_their_file_are_compared_in_full_where_samples_agree(tmp_path):
+    """Deferred weights (io.load(weights=False)) are first split by a few sampled windows;
+    equal samples still need equal bytes: `c` differs from `a` only outside the windows."""
+    from graphfix import io, weights
+
+    a = np.random.default_rng(0).standard_normal(64 * 1024).astype(np.float32)
+    c = a.copy()
+    c[len(c) // 4] += 1.0  # not in the start, middle or end window
+    nodes = [helper.make_node("Add", ["x", "a"], ["s1"], name="add_a"),
+             helper.make_node("Add", ["s1", "b"], ["s2"], name="add_b"),
+             helper.make_node("Add", ["s2", "c"], ["y"], name="add_c")]
+    inits = [numpy_helper.from_array(v, n) for n, v in (("a", a), ("b", a.copy()), ("c", c))]
+    shape = list(a.shape)
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(nodes, [_value("x", shape)], [_value("y", shape)], inits), path)
+    lazy = io.load(path, weights=False)
+    assert len(weights.deferred(lazy)) == 3
+    by_name = {t.name: t for t in lazy.graph.initializer}
+    assert weights.read_sample(by_name["a"]) == weights.read_sample(by_name["c"])
+    graph = to_graph(lazy)
+    result = DedupConstants().run(graph, PassContext())
+    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    out = weights.materialized(to_model(graph, lazy))
+    onnx.checker.check_model(out, full_check=True)
+    assert dict(result.counts) == {SHARED_INITIALIZERS: 1}
+    assert _node_inputs(out) == [["x", "a"], ["s1", "a"], ["s2", "c"]]
+    assert_same_outputs(io.load(path), out, feeds_for(out), rtol=0, atol=0)

@@ -43,6 +43,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import SparseValues
 from onnx_graphsurgeon.logger import G_LOGGER
 
+from graphfix import weights
 from graphfix.graph import all_graphs, constant_value, is_onnx, node_label, replace_in
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
 
@@ -79,6 +80,7 @@ class _Candidate:
     item: Any
     key: tuple
     read: Callable[[], np.ndarray]
+    sample: Callable[[], bytes] | None = None  # a few windows of the bytes, without reading all
 
 
 class DedupConstants(Pass):
@@ -167,7 +169,7 @@ def _initializer_candidates(g: gs.Graph, min_elements: int, notes: list[Note]) -
                 notes.append(Note(f"initializer '{tensor.name}'", reason))
                 continue
             key = (_dtype_key(values.dtype), _dtype_key(tensor.export_dtype), _shape(values))
-            candidates.append(_Candidate(tensor, key, _reader(tensor)))
+            candidates.append(_Candidate(tensor, key, _reader(tensor), _sampler(values)))
     return candidates
 
 
@@ -242,7 +244,7 @@ def _duplicates(candidates: Iterable[_Candidate]) -> list[tuple[_Candidate, _Can
     for candidate in candidates:
         groups[candidate.key].append(candidate)
     pairs = []
-    for members in groups.values():
+    for members in (sub for group in groups.values() for sub in _by_sample(group)):
         if len(members) < 2:
             continue
         # digest -> [keeper, its bytes once a hash hit needed them, else None]
@@ -262,6 +264,26 @@ def _duplicates(candidates: Iterable[_Candidate]) -> list[tuple[_Candidate, _Can
             else:
                 pairs.append((keeper, candidate))
     return pairs
+
+
+def _by_sample(members: list[_Candidate]) -> list[list[_Candidate]]:
+    """`members` split by their samples (weights left in their file: a few windows read
+    instead of the whole tensor), order kept; one group when any member has no sample
+    (it could equal any of them)."""
+    if len(members) < 2 or any(m.sample is None for m in members):
+        return [members]
+    split: dict[bytes, list[_Candidate]] = defaultdict(list)
+    for member in members:
+        split[member.sample()].append(member)
+    return list(split.values())
+
+
+def _sampler(values: Any) -> Callable[[], bytes] | None:
+    """Samples of a weight left in its file (`graphfix.weights`), else None."""
+    tensor = getattr(values, "tensor", None)
+    if tensor is None or not weights.is_deferred(tensor):
+        return None
+    return lambda: weights.read_sample(tensor)
 
 
 def _reader(constant: gs.Constant) -> Callable[[], np.ndarray]:
