@@ -19,7 +19,7 @@ import hashlib
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import PureWindowsPath
 from typing import BinaryIO
 
@@ -28,14 +28,17 @@ from google.protobuf.message import DecodeError, EncodeError
 from onnx import GraphProto, TensorProto
 from onnx.external_data_helper import load_external_data_for_tensor
 
+from graphfix import wire
 from graphfix.errors import GraphfixError
 from graphfix.graph.wellformed import check_wellformed
 from graphfix.staging import Writer, publish, stage
 from graphfix.weights import (
+    IN_FILE_MIN_BYTES,
     all_tensors,
     defer,
-    defer_inline,
+    defer_in_file,
     deferrable,
+    fits_in_file,
     forget_dir,
     is_deferred,
     materialized,
@@ -64,7 +67,36 @@ def load(path: str | os.PathLike, *, weights: bool = True) -> onnx.ModelProto:
     hold in memory only the weights a pass rewrites (docs/large-models.md).
     """
     path = os.fspath(path)
-    data = _read_model_file(path)
+    if not weights:
+        light = _load_without_inline_weights(path)
+        if light is not None:
+            return light
+    return _load(path, _read_model_file(path), weights)
+
+
+def _load_without_inline_weights(path: str) -> onnx.ModelProto | None:
+    """`load(weights=False)` reading only what is not a large inline weight: the file is
+    mapped, its layout read (`graphfix.wire`), the rest parsed, and those weights become
+    references into the file (`weights.defer_in_file`). None when the model has no such
+    weights, its layout is unusual, or anything is wrong with it: `load` then reads the
+    file whole, and says what is wrong."""
+    import mmap
+
+    try:
+        _check_model_file(path)
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            found = wire.without_raw(mm, IN_FILE_MIN_BYTES)
+        if found is None or not found[1]:
+            return None
+        return _load(path, found[0], False, found[1])
+    except (GraphfixError, OSError, ValueError):
+        return None
+
+
+def _load(path: str, data: bytes, weights: bool, in_file: Sequence[wire.RawSpan] = ()
+          ) -> onnx.ModelProto:
+    """`load` of the file's bytes `data`; `in_file`: initializers whose raw data was cut
+    from `data`, to refer to the file (ValueError when one does not fit its tensor)."""
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
@@ -76,6 +108,11 @@ def load(path: str | os.PathLike, *, weights: bool = True) -> onnx.ModelProto:
                                 "one If per level are better as Where or a lookup)") from None
         raise _not_onnx(path, data, "it is not a valid ONNX protobuf: the file looks "
                         "truncated or corrupt, or is not an ONNX model at all") from None
+    for span in in_file:
+        tensor = model.graph.initializer[span.index]
+        if tensor.name != span.name or not fits_in_file(tensor, span.length):
+            raise ValueError(f"initializer {span.index} does not fit its data")
+        defer_in_file(tensor, path, span.offset, span.length)
     checks = [(model.ir_version > 0, "it has no IR version"),
               (model.HasField("graph"), "it has no graph"),
               (len(model.graph.output) > 0, "its graph has no outputs"),
@@ -85,7 +122,8 @@ def load(path: str | os.PathLike, *, weights: bool = True) -> onnx.ModelProto:
             raise _not_onnx(path, data, f"it is not an ONNX model: {problem}")
     check_wellformed(model, path)
     base_dir = os.path.dirname(os.path.abspath(path))
-    external = [t for t in all_tensors(model) if t.data_location == TensorProto.EXTERNAL]
+    external = [t for t in all_tensors(model)
+                if t.data_location == TensorProto.EXTERNAL and not is_deferred(t)]
     for tensor in external:  # all checks first: nothing is opened if any reference is bad
         info = {entry.key: entry.value for entry in tensor.external_data}
         why, fix = _external_problem(base_dir, info, tensor_nbytes(tensor))
@@ -98,7 +136,6 @@ def load(path: str | os.PathLike, *, weights: bool = True) -> onnx.ModelProto:
             forget_dir(tensor)
         for tensor in deferrable(model):
             defer(tensor, base_dir)
-        defer_inline(model, data, path)
     for tensor in external:
         if not weights and is_deferred(tensor):
             continue
@@ -253,6 +290,17 @@ def compatible_ir_version(model: onnx.ModelProto) -> int:
 # --- loading ---------------------------------------------------------------------------
 
 def _read_model_file(path: str) -> bytes:
+    _check_model_file(path)
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise GraphfixError(f"Cannot load '{path}'", e.strerror or str(e),
+                            "check the path and its permissions") from e
+
+
+def _check_model_file(path: str) -> None:
+    """GraphfixError unless `path` is a non-empty regular file under 2 GB."""
     def fail(why: str, fix: str) -> GraphfixError:
         return GraphfixError(f"Cannot load '{path}'", why, fix)
 
@@ -270,8 +318,6 @@ def _read_model_file(path: str) -> bytes:
         if st.st_size > _PROTOBUF_LIMIT:
             raise fail(f"it is {st.st_size} bytes, over the 2 GB protobuf limit, so it cannot "
                        "be an ONNX file", "re-export the model with external data")
-        with open(path, "rb") as f:
-            return f.read()
     except FileNotFoundError:
         raise fail("the file does not exist", "check the path (relative paths start at "
                    f"'{os.getcwd()}')") from None

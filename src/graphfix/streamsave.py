@@ -19,6 +19,7 @@ from typing import BinaryIO
 from onnx import GraphProto, ModelProto, TensorProto
 
 from graphfix import weights
+from graphfix.wire import encode_varint, key
 
 _CHUNK = 1 << 24
 _MODEL_GRAPH, _GRAPH_INIT, _TENSOR_RAW = 7, 5, 9
@@ -67,7 +68,7 @@ def _pieces(model: ModelProto, ir_version: int | None = None
     head, tail = _split(model, _MODEL_GRAPH, "graph", ir_version)
     graph = list(_graph_pieces(model.graph))
     yield head
-    yield _key(_MODEL_GRAPH) + _varint(_length(graph))
+    yield key(_MODEL_GRAPH) + encode_varint(_length(graph))
     yield from graph
     yield tail
 
@@ -78,7 +79,7 @@ def _graph_pieces(graph: GraphProto) -> Iterator[bytes | tuple[TensorProto, int]
     for tensor in graph.initializer:
         if not weights.is_deferred(tensor):
             body = tensor.SerializeToString()
-            yield _key(_GRAPH_INIT) + _varint(len(body)) + body
+            yield key(_GRAPH_INIT) + encode_varint(len(body)) + body
             continue
         length = int(weights.reference(tensor)["length"])
         plain = TensorProto()
@@ -86,8 +87,8 @@ def _graph_pieces(graph: GraphProto) -> Iterator[bytes | tuple[TensorProto, int]
         del plain.external_data[:]
         plain.ClearField("data_location")
         before, after = _split(plain, _TENSOR_RAW, "raw_data")
-        raw_head = _key(_TENSOR_RAW) + _varint(length)
-        yield _key(_GRAPH_INIT) + _varint(len(before) + len(raw_head) + length + len(after))
+        raw_head = key(_TENSOR_RAW) + encode_varint(length)
+        yield key(_GRAPH_INIT) + encode_varint(len(before) + len(raw_head) + length + len(after))
         yield before + raw_head
         yield (tensor, length)
         yield after
@@ -117,20 +118,3 @@ def _split(message, number: int, name: str, ir_version: int | None = None
 
 def _length(pieces: list[bytes | tuple[TensorProto, int]]) -> int:
     return sum(len(p) if isinstance(p, bytes) else p[1] for p in pieces)
-
-
-def _key(number: int) -> bytes:
-    return _varint(number << 3 | 2)  # length-delimited
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-

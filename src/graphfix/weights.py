@@ -4,7 +4,7 @@
 does, reads the small tensors (shape constants and the like: at most `SMALL_ELEMENTS`
 elements, what `graph.skeleton` keeps for shape inference), and leaves the large
 main-graph initializers where they are: in their external-data file, or, for weights
-stored inside the .onnx file, in the .onnx file itself (`defer_inline`: the model file
+stored inside the .onnx file, in the .onnx file itself (`defer_in_file`: the model file
 is then their "external" file, at the offset `graphfix.wire` finds). Such a tensor
 is *deferred*: it keeps
 `data_location` EXTERNAL and its `location`/`offset`/`length` entries, plus a
@@ -94,37 +94,28 @@ def defer(tensor: TensorProto, base_dir: str) -> None:
     entry.key, entry.value = BASE_KEY, base_dir
 
 
-def defer_inline(model: onnx.ModelProto, buf: bytes, path: str) -> int:
-    """Defer `model`'s large inline main-graph initializers to the model file they were
-    parsed from (`buf` is its bytes, `path` its name): each keeps a reference to where
-    its raw data lies in that file (`graphfix.wire`) and no bytes. How many were
-    deferred; none where the file's layout is unusual (the weights then stay inline)."""
-    def wanted(tensor: TensorProto) -> bool:
-        return tensor.data_location != TensorProto.EXTERNAL and \
-            tensor.data_type != TensorProto.STRING and math.prod(tensor.dims) > SMALL_ELEMENTS
+IN_FILE_MIN_BYTES = 8 * SMALL_ELEMENTS + 1
+"""Inline initializers with at least this much raw data stay in the .onnx file on
+`io.load(weights=False)`: every such tensor has more than `SMALL_ELEMENTS` elements."""
 
-    if not any(wanted(t) for t in model.graph.initializer):
-        return 0
-    from graphfix.wire import initializer_spans
 
-    spans = initializer_spans(buf)
-    if spans is None or len(spans) != len(model.graph.initializer):
-        return 0
+def fits_in_file(tensor: TensorProto, length: int) -> bool:
+    """Whether `length` raw bytes found in the file are this tensor's whole data."""
+    return tensor.data_type not in (TensorProto.STRING, TensorProto.UNDEFINED) and \
+        not tensor.HasField("segment") and tensor_nbytes(tensor) == length
+
+
+def defer_in_file(tensor: TensorProto, path: str, offset: int, length: int) -> None:
+    """Make `tensor` (parsed without its raw data) a reference to bytes [offset, offset +
+    length) of the model file `path` it was loaded from: deferred, like a weight in an
+    external-data file."""
     base_dir, file_name = os.path.split(os.path.abspath(path))
-    count = 0
-    for tensor, span in zip(model.graph.initializer, spans, strict=True):
-        if not wanted(tensor) or span.name != tensor.name or span.length < 0 \
-                or span.length != tensor_nbytes(tensor):
-            continue
-        tensor.ClearField("raw_data")
-        tensor.data_location = TensorProto.EXTERNAL
-        del tensor.external_data[:]
-        for key, value in (("location", file_name), ("offset", str(span.offset)),
-                           ("length", str(span.length)), (BASE_KEY, base_dir)):
-            entry = tensor.external_data.add()
-            entry.key, entry.value = key, value
-        count += 1
-    return count
+    tensor.data_location = TensorProto.EXTERNAL
+    del tensor.external_data[:]
+    for key, value in (("location", file_name), ("offset", str(offset)),
+                       ("length", str(length)), (BASE_KEY, base_dir)):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
 
 
 def forget_dir(tensor: TensorProto) -> None:

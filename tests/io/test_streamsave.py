@@ -16,13 +16,13 @@ def _model(doc: str = "") -> onnx.ModelProto:
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((64, 32, 3, 3)).astype(np.float32), "w")
     w.doc_string = doc  # a TensorProto field after raw_data
-    h = numpy_helper.from_array(rng.standard_normal(4096).astype(np.float16), "h")
+    h = numpy_helper.from_array(rng.standard_normal(8192).astype(np.float16), "h")
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
          helper.make_node("Cast", ["h"], ["z"], to=TensorProto.FLOAT)], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 8, 8]),
-         helper.make_tensor_value_info("z", TensorProto.FLOAT, [4096])],
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [8192])],
         [w, h], doc_string="a graph")
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                               ir_version=8, producer_name="test")
