@@ -65,12 +65,12 @@ def work(tool: str, src: str, out: str, shapes: dict[str, list[int]],
     elif tool in ("graphfix", "graphfix-nocheck"):
         import graphfix
 
-        model = graphfix.load(src)
         kwargs = {} if passes is None else {"passes": passes}
         info["pipeline"] = graphfix.DEFAULT_PIPELINE if passes is None else passes
-        result = graphfix.run(model, check=tool == "graphfix", input_shapes=shapes or None,
-                              **kwargs)
-        graphfix.save(result.model, out)
+        # the path, as `graphfix run` gives it: large weights stay in their file and the
+        # output is written from it (keep_weights=False, what the CLI passes)
+        result = graphfix.run(src, check=tool == "graphfix", input_shapes=shapes or None,
+                              output=out, keep_weights=False, **kwargs)
         info["passes"] = [f"{p.spec}:{p.status}" + (f" ({p.rollback_reason[:120]})"
                           if p.rollback_reason else "") for p in result.report.passes]
         info["check"] = result.report.check.skipped_reason or (

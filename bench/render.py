@@ -436,16 +436,18 @@ def _version(pkg: str) -> str:
 def render_markdown(path: Path, results: dict, meta: dict, profiles: dict,
                     lat: dict | None = None) -> None:
     analysis = f"{ANALYSIS_BEGIN}\n## Reading\n\n(not written yet)\n{ANALYSIS_END}"
+    from scale_render import BEGIN as SCALE_BEGIN
     from zoo_render import BEGIN as ZOO_BEGIN
 
-    kept_zoo = ""  # bench/zoo.py's section and its reading after it: not this bench's
+    kept_zoo = ""  # zoo.py's and scale_bench.py's sections, the readings after: not this bench's
     if path.exists():
         old = path.read_text()
         if ANALYSIS_BEGIN in old and ANALYSIS_END in old:
             start = old.index(ANALYSIS_BEGIN)
             analysis = old[start:old.index(ANALYSIS_END) + len(ANALYSIS_END)]
-        if ZOO_BEGIN in old:
-            kept_zoo = "\n\n" + old[old.index(ZOO_BEGIN):].rstrip()
+        kept = [old.index(mark) for mark in (ZOO_BEGIN, SCALE_BEGIN) if mark in old]
+        if kept:
+            kept_zoo = "\n\n" + old[min(kept):].rstrip()
     m = machine()
     tgt, misses = targets(results)
     notes = "\n".join(f"- `{t}`: {meta['tool_notes'][t]}" for t in meta["tools"])

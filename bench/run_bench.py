@@ -43,7 +43,7 @@ LATENCY_MIN_TIME_S = 0.5
 per (file, level), over all rounds together (at most 20x the runs per process)."""
 TOOL_NOTES = {
     "floor": "onnx.load + onnx.save, nothing else",
-    "graphfix": "graphfix.load -> graphfix.run(PIPELINE, check=True) -> graphfix.save",
+    "graphfix": "graphfix.run(PATH, PIPELINE, check=True, output=OUT) (what the CLI does)",
     "graphfix-nocheck": "the same with check=False (`graphfix run --no-check`)",
     "onnxslim": "onnx.load -> onnxslim.slim(model) -> onnx.save (its defaults: no check)",
     "onnxsim": "onnx.load -> onnxsim.simplify(model) -> onnx.save (its defaults: check_n=0)",
