@@ -194,7 +194,7 @@ def _evaluate(node: gs.Node, top: gs.Graph) -> list | None:
         model = gs.export_onnx(part, do_type_check=False)
         if getattr(top, "ir_version", None):
             model.ir_version = top.ir_version
-        return make_session(model).run(None, {})
+        return make_session(model, once=True).run(None, {})
     except Exception:  # noqa: BLE001 - onnxruntime lacks the op, the type, ...: not folded
         return None
 
