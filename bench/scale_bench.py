@@ -7,9 +7,10 @@ model of 10, 100, 1000 blocks.
     python bench/scale_bench.py --render-only PATH [--no-write]
 
 Every measurement is one fresh process; the parent takes its wall time and its peak RSS
-(`ru_maxrss` from `os.wait4`). Per model, run i of every tool comes before run i+1 of any
-(A B A B); medians of the successful runs are reported. A run that fails or times out
-(`--timeout`, the process group is killed) is recorded with its reason. Tools, in order:
+(GNU time's %M, which forks the tool from its own small image). Per model, run i of
+every tool comes before run i+1 of any (A B A B); medians of the successful runs are
+reported. A run that fails or times out (`--timeout`, the process group is killed) is
+recorded with its reason. Tools, in order:
 
 - `floor`, `onnxslim`, `onnxsim`, `onnxsim-check`: `bench/child.py` (load -> transform ->
   save through the tool's Python API, the peers with their defaults; `onnxsim-check` is
@@ -57,6 +58,11 @@ CHECK_TOOLS = ("graphfix-check", "polygraphy", "polygraphy-save", "polygraphy-lo
 TOOLS = REWRITE_TOOLS + CHECK_TOOLS
 SEED = 0
 TAIL = 600
+TIME = shutil.which("time", path="/usr/bin:/bin")
+"""GNU time, to take each tool's peak RSS: a child forked from this process counts the
+parent's resident pages until it execs (Popen with start_new_session forks), so
+os.wait4's ru_maxrss would be at least this process's size (hundreds of MiB once the
+zoo's shapes were read). Without it (not Linux), ru_maxrss from os.wait4."""
 """Characters of a run's stdout and stderr kept in the JSON."""
 TOOL_NOTES = {
     "floor": "`bench/child.py floor`: onnx.load + onnx.save in a fresh Python",
@@ -79,7 +85,10 @@ _WROTE = re.compile(r"wrote .*?\((\d+) → (\d+) nodes")
 def run_process(cmd: list[str], timeout: float) -> dict:
     """One process: wall time, peak RSS (os.wait4), exit code, output tails. On timeout
     its process group is killed and `timed_out` is set."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile(suffix=".rss") as rss:
+        if TIME:  # GNU time forks the tool from its own small image (see TIME)
+            cmd = [TIME, "-f", "%M", "-o", rss.name, *cmd]
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT, env=ENV,
                                 start_new_session=True)
@@ -103,8 +112,12 @@ def run_process(cmd: list[str], timeout: float) -> dict:
         err.seek(0)
         stdout = out.read().decode(errors="replace")
         stderr = err.read().decode(errors="replace")
+        peak_kib = usage.ru_maxrss
+        if TIME:
+            text = Path(rss.name).read_text().strip().splitlines()
+            peak_kib = int(text[-1]) if text and text[-1].isdigit() else peak_kib
     rc = os.waitstatus_to_exitcode(status)
-    return {"e2e_s": wall, "peak_mib": usage.ru_maxrss / 1024, "rc": rc,
+    return {"e2e_s": wall, "peak_mib": peak_kib / 1024, "rc": rc,
             "timed_out": fired.is_set(), "stdout": stdout, "stderr": stderr}
 
 
