@@ -188,6 +188,11 @@ class Pass:
     # whose choice depends on the run (nms-for-trt delegates to nms-to-plugin or bound-nms
     # by ctx.trt) sets it on the instance in run().
     changes_outputs: bool = False
+    # True when run() only renames, removes dead or Identity nodes, or shares identical
+    # constants or nodes: the manager first tries to show from the graphs that the
+    # candidate computes what the model before it did (`graph.samecomp`), and runs the
+    # check only when that cannot be shown. A claim, verified every time, never trusted.
+    keeps_computation: ClassVar[bool] = False
 
     def __init__(self, options: Any = None) -> None:
         self.options = options if options is not None else self.Options()

@@ -40,6 +40,7 @@ class Cleanup(Pass):
     """Removes dead nodes, unused initializers, Identity and inference Dropout."""
 
     name = "cleanup"
+    keeps_computation = True
     summary = "Remove dead nodes, unused initializers, Identity and inference-mode Dropout."
     Options = CleanupOptions
     leaves_graph_clean = True

@@ -99,6 +99,7 @@ class DedupConstants(Pass):
     """
 
     name = "dedup-constants"
+    keeps_computation = True
     summary = "Share identical initializers and Constant nodes (same dtype, shape, bytes)."
     Options = DedupConstantsOptions
     counts_rewrites = True

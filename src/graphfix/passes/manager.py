@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -38,6 +38,7 @@ import onnx_graphsurgeon as gs
 from graphfix.errors import GraphfixError
 from graphfix.graph import count_nodes, fingerprint, to_graph, to_model
 from graphfix.graph.protos import graph_protos
+from graphfix.graph.samecomp import Digests, same_computation
 from graphfix.graph.shapes import apply_inferred
 from graphfix.graph.skeleton import skeleton
 from graphfix.graph.walk import same_structure
@@ -198,6 +199,7 @@ class _Runner:
         if record.status == APPLIED and pass_.changes_outputs and self.output_check.enabled:
             # later passes are compared with this model's outputs, on the same inputs
             self.output_check = self.output_check.rebased(self.state.last_good)
+            self.state.last_check = ("passed (exact)", 0.0)
         if record.status == APPLIED:
             gone = tensor_names(before) - tensor_names(self.state.last_good)
             for name in sorted(gone - set(self.ctx.renamed)):
@@ -257,6 +259,10 @@ class _State:
     last_good: onnx.ModelProto
     fingerprint: tuple | None = None
     inferred: onnx.ModelProto | None = None
+    # the output check of `last_good` (text, max abs error); a candidate shown to compute
+    # the same (`graph.samecomp`) has that outcome without running
+    last_check: tuple[str, float | None] = ("passed (exact)", 0.0)
+    digests: Digests = field(default_factory=Digests)
 
     def current_fingerprint(self) -> tuple:
         if self.fingerprint is None:
@@ -294,6 +300,12 @@ def _run_one(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
 
 
 LIMIT_NOTE = str(Note("all of its changes", LIMIT_REACHED))
+
+
+def _shown_same(last: tuple[str, float | None]) -> str:
+    """The check of a candidate shown to compute what the model before it did."""
+    return (f"{last[0]}: the same computation as before this pass, shown from the graph "
+            "(not run)")
 
 
 def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier, output_check,
@@ -340,6 +352,10 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
             return _rolled_back(record, INVALID, "the pass changes the graph outputs but "
                                 "does not say how it verified them", state, t0)
         record.check = f"verified by the pass: {result.verified}"
+    elif output_check.enabled and pass_.keeps_computation and same_computation(
+            state.last_good, candidate, state.digests):
+        record.check = _shown_same(state.last_check)
+        record.max_abs_error = state.last_check[1]
     elif output_check.enabled:
         outcome = output_check.verify(candidate)
         record.max_abs_error = outcome.max_abs
@@ -347,6 +363,7 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
         if not outcome.ok:
             record.rejected = candidate
             return _rolled_back(record, NUMBERS, record.check, state, t0)
+        state.last_check = (record.check, record.max_abs_error)
     else:
         record.check = "skipped"
     state.accept(candidate, verifier.inferred)

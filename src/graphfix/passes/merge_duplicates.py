@@ -38,6 +38,7 @@ class MergeDuplicates(Pass):
     """
 
     name = "merge-duplicates"
+    keeps_computation = True
     summary = "Compute each repeated expression once (same op, attributes and input tensors)"
     Options = NoOptions
     counts_rewrites = True  # each node merged is one rewrite
