@@ -6,7 +6,7 @@
 Every run is one tool on one model in a fresh process (`bench/child.py`): load from
 file, transform, save to file. Reported per (tool, model): median wall time of the
 whole process (interpreter start and imports included) and of the work alone,
-median peak RSS of the process (os.wait4), and from the last run's output
+median peak RSS of the process (GNU time, bench/measure.py), and from the last run's output
 (`bench/evaluate.py`): nodes left (subgraphs included), BatchNormalization and
 Identity left, max abs output difference from the original under onnxruntime CPU
 with graph optimizations off. With --latency: onnxruntime CPU inference latency of the
@@ -26,9 +26,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+
+from measure import run_measured
 
 HERE = Path(__file__).resolve().parent
 MODELS_DIR = Path(os.environ.get("GRAPHFIX_BENCH_MODELS",
@@ -67,23 +68,12 @@ CHILD_ENV = dict(os.environ)
 
 
 def run_child(cmd: list[str], timeout: float) -> dict:
-    """Run one child; wall time from the parent, peak RSS from os.wait4."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=HERE.parent, env=CHILD_ENV)
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        wall = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        stdout = out.read().decode(errors="replace")
-        stderr = err.read().decode(errors="replace")
-    record: dict = {"e2e_s": wall, "peak_kib": usage.ru_maxrss, "rc": proc.returncode}
+    """Run one child (`measure.run_measured`: wall time from the parent, peak RSS from
+    GNU time)."""
+    run = run_measured(cmd, timeout, HERE.parent, CHILD_ENV)
+    stdout, stderr = run["stdout"], run["stderr"]
+    proc = subprocess.CompletedProcess(cmd, -9 if run["timed_out"] else run["rc"])
+    record: dict = {"e2e_s": run["e2e_s"], "peak_kib": run["peak_kib"], "rc": proc.returncode}
     lines = [ln for ln in stdout.splitlines() if ln.startswith("BENCH_")]
     if lines:
         record.update(json.loads(lines[-1].split(" ", 1)[1]))

@@ -36,18 +36,16 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import scale_models
 import scale_render
 import zoo_models
+from measure import run_measured
 from scale_models import BenchModel
 
 HERE = Path(__file__).resolve().parent
@@ -58,11 +56,6 @@ CHECK_TOOLS = ("graphfix-check", "polygraphy", "polygraphy-save", "polygraphy-lo
 TOOLS = REWRITE_TOOLS + CHECK_TOOLS
 SEED = 0
 TAIL = 600
-TIME = shutil.which("time", path="/usr/bin:/bin")
-"""GNU time, to take each tool's peak RSS: a child forked from this process counts the
-parent's resident pages until it execs (Popen with start_new_session forks), so
-os.wait4's ru_maxrss would be at least this process's size (hundreds of MiB once the
-zoo's shapes were read). Without it (not Linux), ru_maxrss from os.wait4."""
 """Characters of a run's stdout and stderr kept in the JSON."""
 TOOL_NOTES = {
     "floor": "`bench/child.py floor`: onnx.load + onnx.save in a fresh Python",
@@ -83,42 +76,10 @@ _WROTE = re.compile(r"wrote .*?\((\d+) → (\d+) nodes")
 
 
 def run_process(cmd: list[str], timeout: float) -> dict:
-    """One process: wall time, peak RSS (os.wait4), exit code, output tails. On timeout
-    its process group is killed and `timed_out` is set."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
-            tempfile.NamedTemporaryFile(suffix=".rss") as rss:
-        if TIME:  # GNU time forks the tool from its own small image (see TIME)
-            cmd = [TIME, "-f", "%M", "-o", rss.name, *cmd]
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT, env=ENV,
-                                start_new_session=True)
-        fired = threading.Event()
-
-        def kill() -> None:
-            fired.set()
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-        timer = threading.Timer(timeout, kill)
-        timer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        wall = time.perf_counter() - start
-        out.seek(0)
-        err.seek(0)
-        stdout = out.read().decode(errors="replace")
-        stderr = err.read().decode(errors="replace")
-        peak_kib = usage.ru_maxrss
-        if TIME:
-            text = Path(rss.name).read_text().strip().splitlines()
-            peak_kib = int(text[-1]) if text and text[-1].isdigit() else peak_kib
-    rc = os.waitstatus_to_exitcode(status)
-    return {"e2e_s": wall, "peak_mib": peak_kib / 1024, "rc": rc,
-            "timed_out": fired.is_set(), "stdout": stdout, "stderr": stderr}
+    """One process (`measure.run_measured`): wall time, peak RSS, exit code, output."""
+    run = run_measured(cmd, timeout, ROOT, ENV)
+    return {"e2e_s": run["e2e_s"], "peak_mib": run["peak_kib"] / 1024, "rc": run["rc"],
+            "timed_out": run["timed_out"], "stdout": run["stdout"], "stderr": run["stderr"]}
 
 
 def _last_line(text: str) -> str:
