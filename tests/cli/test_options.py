@@ -119,3 +119,17 @@ def test_rendered_help_has_no_stray_spaces(command):
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.replace("│", " ").split())
     assert not re.search(r"\w \.(\s|$)", text), re.search(r".{40}\w \.(\s|$)", text)
+
+
+def test_the_console_script_relaxes_the_cyclic_gc(tmp_path):
+    """graphfix's CLI sets GC thresholds for its own process (cli/app.py GC_THRESHOLDS);
+    importing graphfix as a library leaves the interpreter's alone."""
+    from graphfix.cli.app import GC_THRESHOLDS
+
+    code = ("import gc, sys; before = gc.get_threshold(); import graphfix.cli.app as a; "
+            "assert gc.get_threshold() == before; sys.argv = ['graphfix', '--version']\n"
+            "try:\n    a.main()\nexcept SystemExit:\n    pass\nprint(gc.get_threshold())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == str(GC_THRESHOLDS)

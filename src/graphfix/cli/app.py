@@ -54,8 +54,21 @@ app.command("check")(check_command)
 app.add_typer(plugins_app, name="plugins")
 
 
+GC_THRESHOLDS = (100_000, 50, 100)
+"""The process's cyclic-GC thresholds (CPython's default: 700, 10, 10). graphfix builds an
+onnx-graphsurgeon graph of many small objects for every pass, and CPython then runs
+full collections over all of them often: on a 1000-block synthetic model 17% of
+`run --no-check` (5.25 s -> 4.34 s with the collector off). With these, measured A B A B:
+5.38/5.71 s -> 4.71/4.81 s at +1.4% peak memory, swin_t 5.85 s -> 4.89 s at +13%
+(213 -> 241 MB). The console script owns its process, so it sets them; the library
+does not touch the interpreter's settings."""
+
+
 def main() -> None:
     """Console-script entry point: internal errors get exit code 3 and a request to report."""
+    import gc
+
+    gc.set_threshold(*GC_THRESHOLDS)
     from graphfix.cli.common import EXIT_USER_ERROR
     from graphfix.cli.renamed import refuse_old_spellings
     from graphfix.errors import GraphfixError
