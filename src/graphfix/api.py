@@ -135,13 +135,10 @@ def run(
     anyway, before the input is replaced).
     """
     from graphfix.runtime.session import provider_names
-    from graphfix.writeset import Given, WriteSet
+    from graphfix.writeset import WriteSet
 
     path = None if isinstance(model, onnx.ModelProto) else Path(model)
-    given = [Given(path, "the input model", model=True) if path else None,
-             Given(data, "--data") if data else None,
-             *(Given(p, "--plugin-rules") for p in plugin_rules)]
-    with WriteSet(given) as files:
+    with WriteSet(_inputs(path, data, plugin_rules)) as files:
         pipeline = _pipeline(passes, trt)
         out = _claim_outputs(files, pipeline, path, output, report, dump_after, in_place)
         providers = provider_names(providers)  # a usage error before any work
@@ -167,6 +164,16 @@ def run(
             result.model = _with_weights(result.model, prepared.source)
         files.commit()
     return result
+
+
+def _inputs(path: Path | None, data: str | os.PathLike | None,
+            plugin_rules: Sequence[str | os.PathLike]) -> list:
+    """What run and bisect read, for their WriteSet: no output may land on these."""
+    from graphfix.writeset import Given
+
+    return [Given(path, "the input model", model=True) if path else None,
+            Given(data, "--data") if data else None,
+            *(Given(p, "--plugin-rules") for p in plugin_rules)]
 
 
 def _pipeline(passes: str | Pipeline | None, trt: str | None) -> Pipeline:
@@ -316,12 +323,10 @@ def bisect(
         raise TypeError(f"bisect() got unexpected keyword arguments {sorted(unknown)}")
     options.update(run_options)
     from graphfix.runtime.session import provider_names
-    from graphfix.writeset import Given, WriteSet
+    from graphfix.writeset import WriteSet
 
     path = None if isinstance(model, onnx.ModelProto) else Path(model)
-    given = [Given(path, "the input model", model=True) if path else None,
-             Given(options["data"], "--data") if options["data"] else None]
-    with WriteSet(given) as files:
+    with WriteSet(_inputs(path, options["data"], options["plugin_rules"])) as files:
         pipeline = _pipeline(passes, options["trt"])
         out = _claim_outputs(files, pipeline, path, output, report, None, in_place)
         options["providers"] = provider_names(options["providers"])

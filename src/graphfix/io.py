@@ -194,7 +194,7 @@ def model_files(model: onnx.ModelProto, path: str | os.PathLike, *,
                                 "refers to external data that was never loaded", "load the "
                                 "model with graphfix.io.load, which reads external data")
     ir = compatible_ir_version(model)
-    if any(True for _ in deferred_tensors(model)):
+    if deferred_tensors(model):
         from graphfix import streamsave
 
         if external_data is not True and streamsave.streamable(model):

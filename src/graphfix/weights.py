@@ -139,7 +139,7 @@ def deferred(model: onnx.ModelProto) -> list[TensorProto]:
 
 def deferred_bytes(model: onnx.ModelProto) -> int:
     """Bytes of the model's deferred tensors, as their references declare them."""
-    return sum(int(_info(t).get("length", "0")) for t in deferred(model))
+    return sum(int(reference(t).get("length", "0")) for t in deferred(model))
 
 
 # --- reading -----------------------------------------------------------------------------
@@ -149,7 +149,7 @@ def to_array(tensor: TensorProto) -> np.ndarray:
     from its file (a fresh, writable array each call; the proto is not changed)."""
     if not is_deferred(tensor):
         return numpy_helper.to_array(tensor)
-    info = _info(tensor)
+    info = reference(tensor)
     if tensor.data_type not in _PLAIN or tensor.HasField("segment"):
         return numpy_helper.to_array(tensor, base_dir=info[BASE_KEY])
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).newbyteorder("<")
@@ -163,7 +163,7 @@ def to_array(tensor: TensorProto) -> np.ndarray:
 
 def read_bytes(tensor: TensorProto) -> bytes:
     """A deferred tensor's raw data, as its file holds it."""
-    info = _info(tensor)
+    info = reference(tensor)
     length = int(info.get("length", "-1"))
     with _open(tensor, info) as f:
         data = f.read() if length < 0 else f.read(length)
@@ -176,7 +176,7 @@ def read_sample(tensor: TensorProto, window: int = 4096) -> bytes:
     """A few windows of a deferred tensor's raw data (start, middle, end): tensors whose
     samples differ differ, so a search for equal weights reads whole tensors only where
     the samples agree."""
-    info = _info(tensor)
+    info = reference(tensor)
     length = int(info.get("length", "0"))
     window = min(window, length)
     out = []
@@ -216,7 +216,7 @@ def session_bytes(model: onnx.ModelProto, options) -> bytes | None:
     None when the model is over 2 GB even so (passes made large inline weights) or its
     deferred weights come from several directories: use `materialized(model)` then."""
     tensors = deferred(model)
-    dirs = {_info(t)[BASE_KEY] for t in tensors}
+    dirs = {reference(t)[BASE_KEY] for t in tensors}
     if len(dirs) != 1:
         return None
     options.add_session_config_entry(_ORT_FOLDER, dirs.pop())
@@ -232,7 +232,7 @@ def _without_dirs(tensors: list[TensorProto]) -> Iterator[None]:
     """The tensors without their `basepath` entries for the block (then put back)."""
     saved = []
     for tensor in tensors:
-        saved.append(_info(tensor)[BASE_KEY])
+        saved.append(reference(tensor)[BASE_KEY])
         forget_dir(tensor)
     try:
         yield
@@ -281,23 +281,19 @@ def _node_tensors(nodes: Iterable[NodeProto], out: list[TensorProto]) -> None:
 
 # --- files ---------------------------------------------------------------------------------
 
-def _info(tensor: TensorProto) -> dict[str, str]:
-    return {e.key: e.value for e in tensor.external_data}
-
-
 def reference(tensor: TensorProto) -> dict[str, str]:
     """A deferred tensor's reference: location, offset, length and basepath."""
-    return _info(tensor)
+    return {e.key: e.value for e in tensor.external_data}
 
 
 def open_data(tensor: TensorProto):
     """A deferred tensor's file, open at its offset (a context manager)."""
-    return _open(tensor, _info(tensor))
+    return _open(tensor, reference(tensor))
 
 
 def short_read(tensor: TensorProto) -> GraphfixError:
     """The error for a deferred tensor's file that ended before its data did."""
-    return _short(tensor, _info(tensor))
+    return _short(tensor, reference(tensor))
 
 
 def _open(tensor: TensorProto, info: dict[str, str]):

@@ -94,3 +94,15 @@ def test_bisect_needs_the_check():
         api.bisect(samples.conv_bn_relu_residual(), "cleanup,fold-bn", check=False)
     with pytest.raises(GraphfixError, match="--max-rewrites and --bisect"):
         api.bisect(samples.conv_bn_relu_residual(), "cleanup", max_rewrites=3)
+
+
+def test_bisect_refuses_an_output_onto_a_rules_file_it_reads(tmp_path):
+    """bisect claims its outputs against every file it reads, --plugin-rules included,
+    as run does (one list of inputs for both)."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules: []\n")
+    before = rules.read_bytes()
+    with pytest.raises(GraphfixError, match="--plugin-rules"):
+        api.bisect(samples.conv_bn_relu_residual(), "cleanup", output=rules,
+                   plugin_rules=[rules])
+    assert rules.read_bytes() == before

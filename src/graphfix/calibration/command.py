@@ -177,7 +177,7 @@ def _reports(made: Calibration, files, json_out, html, path) -> None:
                                *(str(p) for p in (json_out, html) if p is not None)]
     if json_out is not None:
         files.text(json_out, json.dumps(made.to_json(), indent=2) + "\n", "--json-out")
-    if html is not None and made.details is not None:
+    if html is not None:  # not with --from-cache (refused by _claim): details are there
         from graphfix.htmlreport import calibrate_html
 
         files.text(html, calibrate_html(made.details, model=str(path or "model")), "--html")
