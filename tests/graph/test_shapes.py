@@ -73,3 +73,78 @@ def test_shapes_of_named_dims_only_skip_the_symbolic_inference(monkeypatch):
     g (float[N,16] x) => (int64[2] s) { r = Relu(x) s = Shape(r) }"""))
     infer_shapes(graph, symbolic=True)
     assert graph.tensors()["r"].shape == ["N", 16]
+
+
+# swin-like: the batch folded into a computed dim by Reshape(-1); no inference can find
+# that dim static, so the symbolic run (sympy's import, a walk over the graph) is skipped
+WINDOWS = '<ir_version: 8, opset_import: ["" : 17]>' + """
+g (float[N,8] x) => (int64[2] z) <int64[2] t = {-1, 4}> {
+    y = Reshape(x, t)
+    r = Relu(y)
+    z = Shape(r)
+}"""
+
+
+# the batch and back: Reshape(x, [N, -1]); ONNX cannot cancel N to find the 16
+BACK = '<ir_version: 8, opset_import: ["" : 17]>' + """
+g (float[N,16] x) => (int64[1] z)
+  <int64[1] zero = {0}, int64[1] m1 = {-1}, int64[1] one = {1}> {
+    s = Shape(x)
+    n = Gather<axis=0>(s, zero)
+    t = Concat<axis=0>(n, m1)
+    y = Reshape(x, t)
+    r = Relu(y)
+    s2 = Shape(r)
+    z = Gather<axis=0>(s2, one)
+}"""
+
+
+def test_a_dim_that_grows_with_the_batch_cannot_be_static():
+    from graphfix.graph.shapes import reads_unnamed_dims, unnamed_dims_may_be_static
+
+    graph = to_graph(parse(WINDOWS))
+    infer_shapes(graph)
+    assert reads_unnamed_dims(graph)  # ONNX alone: [unk, 4]
+    assert not unnamed_dims_may_be_static(graph, {"x": (1, 8)})
+
+
+def test_a_dim_computed_by_arithmetic_from_static_dims_may_be_static():
+    from graphfix.graph.shapes import unnamed_dims_may_be_static
+
+    graph = to_graph(parse(BACK))
+    infer_shapes(graph)
+    n, dim = graph.tensors()["r"].shape
+    assert n == "N" and not isinstance(dim, int)  # ONNX alone: a fresh name
+    assert unnamed_dims_may_be_static(graph, {"x": (1, 16)})
+
+
+def test_fold_constants_skips_the_symbolic_run_where_it_cannot_help(monkeypatch):
+    from graphfix.graph import shapes
+    from graphfix.passes.base import PassContext
+    from graphfix.passes.fold_constants import FoldConstants
+
+    def called(model):
+        raise AssertionError("symbolic inference where every unnamed dim varies")
+
+    monkeypatch.setattr(shapes, "symbolic_shapes", called)
+    graph = to_graph(parse(WINDOWS))
+    result = FoldConstants().run(graph, PassContext(input_shapes={"x": (1, 8)}))
+    assert not result.changed
+
+
+def test_fold_constants_asks_the_symbolic_run_where_a_dim_may_be_static(monkeypatch):
+    from graphfix.graph import shapes
+    from graphfix.passes.base import PassContext
+    from graphfix.passes.fold_constants import FoldConstants
+
+    asked = []
+    real = shapes.symbolic_shapes
+    monkeypatch.setattr(shapes, "symbolic_shapes", lambda m: asked.append(1) or real(m))
+    model = parse(BACK)
+    graph = to_graph(model)
+    result = FoldConstants().run(graph, PassContext(input_shapes={"x": (1, 16)}))
+    assert asked == [1]
+    assert result.changed
+    graph.cleanup()
+    assert graph.nodes == []  # z = [16] whatever N, so nothing is left to compute
+    assert graph.outputs[0].values.tolist() == [16]

@@ -55,14 +55,86 @@ def infer_shapes(graph: gs.Graph, clear: bool = False, symbolic: bool = False) -
 def reads_unnamed_dims(graph: gs.Graph) -> bool:
     """Whether a Shape or Size of the main graph reads a tensor of unknown rank, or with
     a dim neither static nor named after a graph input's dim."""
-    named = {d for t in graph.inputs for d in (t.shape or ()) if isinstance(d, str)}
-    for node in graph.nodes:
-        if node.op in ("Shape", "Size") and node.inputs:
-            shape = node.inputs[0].shape
-            if shape is None or any(d is None or (isinstance(d, str) and d not in named)
-                                    for d in shape):
-                return True
+    return bool(_unnamed_readers(graph))
+
+
+def unnamed_dims_may_be_static(graph: gs.Graph, sizes: dict[str, tuple[int, ...]]
+                               ) -> bool:
+    """Whether some dim a Shape or Size of the main graph reads that ONNX's inference left
+    unnamed might be static: onnxruntime's symbolic inference (`symbolic_shapes`) can
+    help only there, and it costs sympy's import (0.36 s) and a walk over the graph.
+
+    Decided by ONNX's inference at two sizes of the dynamic input dims: `sizes` (the
+    run's input shapes; 1 for a dim they do not give) and twice those. A dim that
+    differs between the two depends on the input dims, so no inference can find it
+    static; a dim unknown at either, or equal at both, might be (RAFT's pyramid dims: H/8
+    at a dynamic batch). swin_t at a dynamic batch: every such dim is batch*64 or
+    batch*16, so the symbolic run is skipped."""
+    dynamic = {t.name: [i for i, d in enumerate(t.shape or ()) if not isinstance(d, int)]
+               for t in graph.inputs}
+    readers = _unnamed_readers(graph)
+    if not readers:
+        return False
+    if not any(dynamic.values()):
+        return True
+    with G_LOGGER.suppress():
+        model = skeleton(gs.export_onnx(graph, do_type_check=False))
+    del model.graph.value_info[:]
+    at = [_concrete_dims(model, graph, dynamic, sizes, scale) for scale in (1, 2)]
+    for name, positions in readers:
+        if positions is None:  # unknown rank
+            return True
+        one, two = at[0].get(name), at[1].get(name)
+        if one is None or two is None or len(one) != len(two):
+            return True
+        if any(one[i] is None or two[i] is None or one[i] == two[i] for i in positions):
+            return True
     return False
+
+
+def _unnamed_readers(graph: gs.Graph) -> list[tuple[str, list[int] | None]]:
+    """(tensor, positions) for each Shape/Size of the main graph reading dims that are
+    neither static nor named after a graph input's dim; positions None where the rank
+    is unknown."""
+    named = {d for t in graph.inputs for d in (t.shape or ()) if isinstance(d, str)}
+    out = []
+    for node in graph.nodes:
+        if node.op not in ("Shape", "Size") or not node.inputs:
+            continue
+        t = node.inputs[0]
+        if t.shape is None:
+            out.append((t.name, None))
+            continue
+        positions = [i for i, d in enumerate(t.shape)
+                     if d is None or (isinstance(d, str) and d not in named)]
+        if positions:
+            out.append((t.name, positions))
+    return out
+
+
+def _concrete_dims(model: onnx.ModelProto, graph: gs.Graph, dynamic: dict[str, list[int]],
+                   sizes: dict[str, tuple[int, ...]], scale: int) -> dict[str, list]:
+    """Every tensor's dims (None: unknown) by ONNX's inference with the dynamic input
+    dims set to `sizes` times `scale`."""
+    concrete = onnx.ModelProto()
+    concrete.CopyFrom(model)
+    for vi in concrete.graph.input:
+        given = sizes.get(vi.name)
+        for i in dynamic.get(vi.name, ()):
+            base = given[i] if given and i < len(given) and given[i] > 0 else 1
+            dim = vi.type.tensor_type.shape.dim[i]
+            dim.Clear()
+            dim.dim_value = base * scale
+    try:
+        inferred = onnx.shape_inference.infer_shapes(concrete, data_prop=True)
+    except Exception:  # noqa: BLE001 - the sizes do not suit the model: undecided
+        return {}
+    dims = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        if vi.type.tensor_type.HasField("shape"):
+            dims[vi.name] = [d.dim_value if d.HasField("dim_value") else None
+                             for d in vi.type.tensor_type.shape.dim]
+    return dims
 
 
 def symbolic_shapes(model: onnx.ModelProto) -> onnx.ModelProto | None:

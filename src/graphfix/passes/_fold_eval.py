@@ -8,8 +8,8 @@
 - Node-by-node evaluation (`fold_node_by_node`): gs's "basic" partitioning retries a
   part that onnxruntime cannot evaluate by calling itself on the very same part, until
   Python's recursion limit (and one onnxruntime session per level: 80 s on an expanded
-  attention graph). graphfix evaluates the whole constant part in one session with gs
-  (no partitioning) and, only when that fails, here: each node whose inputs are all
+  attention graph). graphfix evaluates the whole constant part in one session
+  (`_fold_closure`) and, only when that fails, here: each node whose inputs are all
   constants, one at a time in topological order, in a plain loop; a node onnxruntime
   cannot evaluate stays, and so do the nodes after it.
 """
@@ -25,9 +25,9 @@ from graphfix.graph import (
     fresh_name,
     is_onnx,
     names_in_use,
-    opset_of,
     replace_in,
 )
+from graphfix.passes._fold_closure import closure_model, run_closure
 
 # Ops whose result is not a tensor (gs cannot hold it as a constant) or not a function of
 # the inputs (folding would freeze one draw).
@@ -160,7 +160,8 @@ def fold_node_by_node(graph: gs.Graph, size_threshold: int | None) -> int:
             values = _evaluate(node, graph)
             if values is None or any(
                     not isinstance(v, np.ndarray) or v.dtype == object
-                    or (size_threshold and v.nbytes > size_threshold) for v in values):
+                    or (size_threshold and v.nbytes > size_threshold)
+                    for v in values if v is not None):
                 continue
             for out, value in zip(node.outputs, values, strict=True):
                 if out.name:
@@ -181,22 +182,14 @@ def _evaluable(node: gs.Node) -> bool:
 
 
 def _evaluate(node: gs.Node, top: gs.Graph) -> list | None:
-    """The node's outputs computed by onnxruntime from its constant inputs, or None."""
-    from graphfix.runtime.session import make_session
-
-    inputs = [gs.Constant(t.name, constant_value(t)) if t.name else gs.Variable.empty()
-              for t in node.inputs]
-    outputs = [gs.Variable(t.name or f"__unused_{i}") for i, t in enumerate(node.outputs)]
-    one = gs.Node(node.op, node.name, dict(node.attrs), inputs, outputs, domain=node.domain)
-    part = gs.Graph(nodes=[one], outputs=[o for o in outputs], opset=opset_of(top),
-                    import_domains=top.import_domains)
+    """The node's outputs computed by onnxruntime from its constant inputs (None for an
+    output without a name), or None when onnxruntime cannot."""
+    named = [t for t in node.outputs if t.name]
     try:
-        model = gs.export_onnx(part, do_type_check=False)
-        if getattr(top, "ir_version", None):
-            model.ir_version = top.ir_version
-        return make_session(model, once=True).run(None, {})
+        values = iter(run_closure(closure_model([node], named, top), [t.name for t in named]))
     except Exception:  # noqa: BLE001 - onnxruntime lacks the op, the type, ...: not folded
         return None
+    return [next(values) if t.name else None for t in node.outputs]
 
 
 def inline_constant_ifs(graph: gs.Graph) -> int:

@@ -9,9 +9,8 @@ physical core, each sleeping or spinning between runs) for as long as it lives; 
 command that makes many sessions (a check per pass, a session per folded subgraph)
 must not let them pile up (issue 15: ~950 threads on 2 cores). Every session graphfix
 makes computes with `intra_op_threads()` threads (the CPUs this process may use) and
-one inter-op thread, and lives only as long as its run. Sessions that libraries make
-in graphfix's process (onnx-graphsurgeon's `fold_constants` makes one per folded part,
-with onnxruntime's default options) get bounded inside `bounded_sessions()`.
+one inter-op thread, and lives only as long as its run. No library makes sessions in
+graphfix's process: constant folding is graphfix's own (`passes._fold_closure`).
 
 Inputs of dtypes numpy lacks (bfloat16, float8, int4/uint4, int2/uint2, float4e2m1,
 float8e8m0) are kept as ml_dtypes arrays (one element per item, as onnx's
@@ -22,13 +21,11 @@ form onnxruntime takes them in.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import os
 import tempfile
-import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -238,81 +235,3 @@ def _ort_value(arr: np.ndarray):
     if size:
         ctypes.memmove(value.data_ptr(), raw.ctypes.data, size)
     return value
-
-
-# --- sessions that libraries create ---------------------------------------------------
-
-LIBRARY_THREADS = 1
-"""Threads of a session a library makes inside `bounded_sessions()`: they evaluate
-constant subexpressions, small work one after another, and with one thread onnxruntime
-starts no thread pool at all."""
-_PATCH_LOCK = threading.Lock()
-_PATCH: dict[str, object] = {"depth": 0, "original": None}
-
-
-@contextlib.contextmanager
-def bounded_sessions() -> Iterator[None]:
-    """Bound every onnxruntime session created while inside: `LIBRARY_THREADS` intra-op
-    threads (fewer when the caller asked for fewer), one inter-op thread, no spinning,
-    onnxruntime's log off (its errors still raise), and a model given as bytes with a
-    Loop past `runtime.work`'s bound is refused (RuntimeError) instead of run.
-
-    For libraries that make sessions with onnxruntime's default options and offer no
-    way to pass options in: onnx-graphsurgeon's `Graph.fold_constants` calls
-    `onnxruntime.InferenceSession(bytes, providers=...)`. Why this mechanism:
-    onnxruntime's global thread pools (`set_global_thread_pool_sizes`) serve only
-    sessions whose options opt in (`use_per_session_threads = False`), which a library's
-    default options do not; onnxruntime reads no environment variable for its thread
-    counts; and gs has no option or hook for session options. So, only for the
-    duration of the block, `onnxruntime.InferenceSession` is a subclass that fills in
-    bounded options (the name gs looks up at each call); the name is restored on
-    exit, also on an error. Nesting and use from several threads are counted.
-    graphfix's own sessions (`make_session`) are bounded without it.
-    """
-    import onnxruntime as ort
-
-    with _PATCH_LOCK:
-        if _PATCH["depth"] == 0:
-            _PATCH["original"] = ort.InferenceSession
-            ort.InferenceSession = _bounded_class(ort.InferenceSession)
-        _PATCH["depth"] = int(_PATCH["depth"]) + 1
-    try:
-        yield
-    finally:
-        with _PATCH_LOCK:
-            _PATCH["depth"] = int(_PATCH["depth"]) - 1
-            if _PATCH["depth"] == 0:
-                ort.InferenceSession = _PATCH["original"]
-                _PATCH["original"] = None
-
-
-def bound_options(options=None):
-    """Session options with bounded threads (`bounded_sessions`), `options` changed in
-    place when given (a caller's intra-op count is kept when it is lower)."""
-    import onnxruntime as ort
-
-    if options is None:
-        options = ort.SessionOptions()
-        options.log_severity_level = 4  # the library never prints; errors still raise
-    wanted = options.intra_op_num_threads
-    options.intra_op_num_threads = LIBRARY_THREADS if wanted <= 0 else min(
-        wanted, LIBRARY_THREADS)
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    return options
-
-
-def _bounded_class(base: type) -> type:
-    class BoundedSession(base):  # type: ignore[misc, valid-type]
-        def __init__(self, path_or_bytes, sess_options=None, providers=None,
-                     provider_options=None, **kwargs) -> None:
-            if isinstance(path_or_bytes, bytes) and b"Loop" in path_or_bytes:
-                try:
-                    check_work(onnx.load_from_string(path_or_bytes))
-                except GraphfixError as err:  # a library catches RuntimeError, not ours
-                    raise RuntimeError(err.message) from None
-            super().__init__(path_or_bytes, bound_options(sess_options), providers,
-                             provider_options, **kwargs)
-
-    return BoundedSession
