@@ -57,3 +57,35 @@ def test_all_graphs_and_count_nodes_include_if_branches():
     graph = _graph()
     assert [g.name for g in all_graphs(graph)] == [graph.name, "then", "then"]
     assert count_nodes(graph) == 4
+
+
+def _chain(order: str) -> gs.Graph:
+    """x -> a = Relu(x), b = Neg(a), c = Abs(x); nodes listed in `order` ("abc")."""
+    x = gs.Variable("x", np.float32, (2,))
+    a, b, c = (gs.Variable(n, np.float32, (2,)) for n in "abc")
+    nodes = {"a": gs.Node("Relu", "a", inputs=[x], outputs=[a]),
+             "b": gs.Node("Neg", "b", inputs=[a], outputs=[b]),
+             "c": gs.Node("Abs", "c", inputs=[x], outputs=[c])}
+    return gs.Graph(nodes=[nodes[k] for k in order], inputs=[x], outputs=[b, c], opset=17)
+
+
+def test_toposort_keeps_a_sorted_order_and_sorts_an_unsorted_one():
+    from graphfix.graph.walk import toposort
+
+    graph = _chain("abc")  # sorted; onnx-graphsurgeon's own sort gives a, c, b (by depth)
+    assert toposort(graph) == 0
+    assert [n.name for n in graph.nodes] == ["a", "b", "c"]
+    graph = _chain("bca")
+    assert toposort(graph) == 1
+    names = [n.name for n in graph.nodes]
+    assert names.index("a") < names.index("b")
+
+
+def test_toposort_counts_what_a_body_reads_from_outside():
+    from graphfix.graph.walk import toposort
+
+    graph = _graph()
+    graph.nodes.reverse()  # the If's branch reads y, which the MatMul now writes after it
+    assert toposort(graph) == 1
+    assert [n.name for n in graph.nodes] == ["mm", "sel"]
+    assert toposort(graph) == 0

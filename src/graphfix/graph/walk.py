@@ -60,6 +60,51 @@ def opset_of(graph: gs.Graph, domain: str = "") -> int:
     return 0
 
 
+def foreign_tensors(sub: gs.Graph) -> list[gs.Tensor]:
+    """The tensors a body (and the bodies in it) reads from outside."""
+    local: set[int] = set()
+    read: dict[int, gs.Tensor] = {}
+    for g in all_graphs(sub):
+        local.update(id(t) for t in g.inputs)
+        for node in g.nodes:
+            local.update(id(t) for t in node.outputs)
+            read.update((id(t), t) for t in node.inputs if t.name)
+        read.update((id(t), t) for t in g.outputs)
+    return [t for key, t in read.items() if key not in local]
+
+
+def toposort(graph: gs.Graph) -> int:
+    """Sort the nodes of the graph and of every body in it topologically; a graph that is
+    sorted already keeps its order (the exporter's, usually program order). Returns how
+    many graphs were reordered (by onnx-graphsurgeon's toposort, which orders by depth
+    even a sorted graph, and costs 0.07 s a call on swin_t's 6,000 nodes; most graphs a
+    pass leaves are sorted, so the check first is O(nodes))."""
+    reordered = 0
+    for g in list(all_graphs(graph)):
+        if not _sorted(g):
+            g.toposort(recurse_subgraphs=False)
+            reordered += 1
+    return reordered
+
+
+def _sorted(g: gs.Graph) -> bool:
+    """Whether every node comes after the nodes writing what it reads (its bodies' outer
+    reads included)."""
+    written = {id(t) for node in g.nodes for t in node.outputs}
+    seen: set[int] = set()
+    for node in g.nodes:
+        reads = list(node.inputs)
+        for attr in node.attrs.values() if node.attrs else ():
+            subs = attr if isinstance(attr, list) else [attr]
+            for sub in subs:
+                if isinstance(sub, gs.Graph):
+                    reads += foreign_tensors(sub)
+        if any(id(t) in written and id(t) not in seen for t in reads):
+            return False
+        seen.update(id(t) for t in node.outputs)
+    return True
+
+
 def fingerprint(graph: gs.Graph) -> tuple:
     """A structural fingerprint that changes whenever a pass edits the graph.
 

@@ -32,6 +32,7 @@ from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from graphfix.graph import all_graphs, is_graph_output
 from graphfix.graph.rewire import constant_value
+from graphfix.graph.walk import foreign_tensors
 
 _CONSTANT_ATTRS = {
     "value": None,
@@ -144,7 +145,7 @@ def _computable(g: gs.Graph, excluded) -> dict[int, gs.Node]:
             continue
         if not all(constant(t) for t in node.inputs if t.name):
             continue
-        if any(not all(constant(t) for t in _foreign(sub)) for sub in node.subgraphs()):
+        if any(not all(constant(t) for t in foreign_tensors(sub)) for sub in node.subgraphs()):
             continue
         computable[id(node)] = node
         produced.update(id(t) for t in node.outputs if t.name)
@@ -182,7 +183,7 @@ def _needed(frontier: list[gs.Tensor], computable: dict[int, gs.Node], g: gs.Gra
         needed.add(id(node))
         read = list(node.inputs)
         for sub in node.subgraphs():
-            read += _foreign(sub)
+            read += foreign_tensors(sub)
         stack.extend(t.inputs[0] for t in read if t.inputs)
     return [n for n in g.nodes if id(n) in needed]
 
@@ -202,19 +203,6 @@ def _runnable_op(node: gs.Node) -> bool:
 @functools.cache
 def _onnx_op(op: str) -> bool:
     return onnx.defs.has(op)
-
-
-def _foreign(sub: gs.Graph) -> list[gs.Tensor]:
-    """The tensors a body (and the bodies in it) reads from outside."""
-    local: set[int] = set()
-    read: dict[int, gs.Tensor] = {}
-    for g in all_graphs(sub):
-        local.update(id(t) for t in g.inputs)
-        for node in g.nodes:
-            local.update(id(t) for t in node.outputs)
-            read.update((id(t), t) for t in node.inputs if t.name)
-        read.update((id(t), t) for t in g.outputs)
-    return [t for key, t in read.items() if key not in local]
 
 
 def closure_model(nodes: list[gs.Node], outputs: list[gs.Tensor], top: gs.Graph

@@ -19,6 +19,7 @@ import onnx_graphsurgeon as gs
 
 from graphfix.graph import all_graphs, count_nodes, is_graph_output, is_onnx
 from graphfix.graph.shapes import infer_shapes, unnamed_dims_may_be_static
+from graphfix.graph.walk import toposort
 from graphfix.passes._fold_closure import fold_closure, lower_constant_nodes
 from graphfix.passes._fold_eval import (
     excluded,
@@ -65,7 +66,7 @@ class FoldConstants(Pass):
                     "graph", "no node has only constant inputs, and no Shape reads a "
                     "known dim")])
             refined = True
-        graph.toposort()
+        toposort(graph)
         threshold = self.options.size_threshold or None
         runaway = runaway_loops(graph)  # refused by make_session, said in a note
         with G_LOGGER.suppress():
@@ -78,7 +79,7 @@ class FoldConstants(Pass):
             infer_shapes(graph)  # inlined If outputs have shapes now
         ranges = scalar_range_inputs(graph)
         if ranges:
-            graph.toposort()
+            toposort(graph)
         folded = before - count_nodes(graph)
         result = PassResult(changed=folded != 0 or shapes != 0 or bool(ranges))
         result.notes += [Note(r, "Range read a 1-element tensor where ONNX wants a scalar: "

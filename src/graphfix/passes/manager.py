@@ -41,7 +41,7 @@ from graphfix.graph.protos import graph_protos
 from graphfix.graph.samecomp import Digests, same_computation
 from graphfix.graph.shapes import apply_inferred
 from graphfix.graph.skeleton import skeleton
-from graphfix.graph.walk import same_structure
+from graphfix.graph.walk import same_structure, toposort
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext
 from graphfix.passes.pipeline import Pipeline, PresetSpec
 from graphfix.report import (
@@ -335,7 +335,7 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
             return record
         if not pass_.leaves_graph_clean:
             graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=True)
-        graph.toposort()
+        toposort(graph)
         candidate = to_model(graph, state.last_good)
     except GraphfixError:
         raise
