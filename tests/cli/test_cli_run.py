@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from graphfix import samples
 from graphfix.cli.app import app
+from graphfix.passes.manager import NOT_RERUN
 
 runner = CliRunner()
 
@@ -103,7 +104,7 @@ def test_no_check_skips_the_check(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert not data["check"]["enabled"]
-    assert {p["check"] for p in data["passes"]} <= {"skipped", "unchanged"}
+    assert {p["check"] for p in data["passes"]} <= {"skipped", "unchanged", NOT_RERUN}
 
 
 def test_input_shape_and_data_options(tmp_path):

@@ -332,3 +332,46 @@ def test_pass_that_changes_outputs_without_saying_how_it_checked_is_rolled_back(
     assert rec.rollback_reason == ("the pass changes the graph outputs but does not say how "
                                    "it verified them")
     assert [o.name for o in out.graph.output] == ["y"]
+
+
+class CountsRuns(_TestPass):
+    """Changes nothing, and counts how often it ran."""
+
+    name = "counts-runs"
+
+    def __init__(self, options=None):
+        super().__init__(options)
+        self.runs = 0
+
+    def run(self, graph, ctx):
+        self.runs += 1
+        return PassResult(changed=False, notes=[Note("graph", f"run {self.runs}")])
+
+
+def test_a_pass_is_not_run_again_on_the_graph_it_left_unchanged():
+    from graphfix.passes.manager import NOT_RERUN
+
+    counter = CountsRuns()
+    _, report = run(parse(MODEL), counter, counter, Cleanup(), counter, counter)
+    assert counter.runs == 2  # once, then again after cleanup changed the graph
+    assert [r.check for r in report.passes] == [
+        "unchanged", NOT_RERUN, report.passes[2].check, "unchanged", NOT_RERUN]
+    assert report.passes[1].notes == ["graph: run 1"]  # what it said on that graph
+    assert report.passes[4].notes == ["graph: run 2"]
+
+
+def test_after_a_rollback_the_pass_runs_again():
+    counter = CountsRuns()
+    _, report = run(parse(MODEL), counter, BreaksNumbers(), counter)
+    assert report.passes[1].status == ROLLED_BACK
+    assert counter.runs == 2  # the graph was re-imported: not "the same graph"
+
+
+def test_with_a_rewrite_budget_every_pass_runs():
+    from graphfix.passes.base import RewriteBudget
+
+    counter = CountsRuns()
+    model = parse(MODEL)
+    steps = [(counter.name, counter)] * 3
+    run_passes(model, steps, check_for(model), PassContext(rewrites=RewriteBudget(5)))
+    assert counter.runs == 3
