@@ -79,13 +79,71 @@ def test_any_change_of_what_is_computed_is_not_the_same(change):
     assert not same_computation(base, other)
 
 
-def test_subgraphs_are_not_shown_either_way():
-    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["o"])], "b", [],
-                               [helper.make_tensor_value_info("o", F, [2, 4])])
-    cond = numpy_helper.from_array(np.array(True), "c")
-    model = _model([helper.make_node("If", ["c"], ["y"], then_branch=branch,
-                                     else_branch=branch)], [cond])
-    assert not same_computation(model, model)
+def _loop(inner_reads: str = "v", names: str = "ivw", const: float = 1.0,
+          extra_identity: bool = False) -> onnx.ModelProto:
+    """y = Loop(3, x) whose body (parameters named by `names`) runs an inner Loop(2)
+    whose body adds `inner_reads` (the outer body's "v" or its own "w") and a constant
+    `k` read from the main graph."""
+    i, v, w = names
+    inner = helper.make_graph(
+        [helper.make_node("Identity", ["c2"], ["c2o"]),
+         helper.make_node("Add", [w, {"v": v, "w": w}[inner_reads]], ["s"]),
+         helper.make_node("Add", ["s", "k"], ["wo"])],
+        "inner", [helper.make_tensor_value_info("j", TensorProto.INT64, []),
+                  helper.make_tensor_value_info("c2", TensorProto.BOOL, []),
+                  helper.make_tensor_value_info(w, F, [2, 4])],
+        [helper.make_tensor_value_info("c2o", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("wo", F, [2, 4])])
+    body_nodes = [helper.make_node("Identity", ["c"], ["co"]),
+                  helper.make_node("Loop", ["two", "", v], ["vo0"], body=inner)]
+    if extra_identity:
+        body_nodes.append(helper.make_node("Identity", ["vo0"], ["vo"]))
+    else:
+        body_nodes[-1].output[0] = "vo"
+    body = helper.make_graph(
+        body_nodes, "body", [helper.make_tensor_value_info(i, TensorProto.INT64, []),
+                             helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                             helper.make_tensor_value_info(v, F, [2, 4])],
+        [helper.make_tensor_value_info("co", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("vo", F, [2, 4])])
+    return _model([helper.make_node("Loop", ["three", "", "x"], ["y"], body=body)],
+                  [numpy_helper.from_array(np.array(3, np.int64), "three"),
+                   numpy_helper.from_array(np.array(2, np.int64), "two"),
+                   numpy_helper.from_array(np.full((2, 4), const, np.float32), "k")])
+
+
+def test_bodies_that_differ_only_in_names_and_identities_are_the_same_computation():
+    a = _loop()
+    b = _loop(names="abz", extra_identity=True)
+    onnx.checker.check_model(b, full_check=True)
+    assert same_computation(a, b)
+    x = {"x": np.arange(8, dtype=np.float32).reshape(2, 4)}
+    np.testing.assert_array_equal(_run(a, x), _run(b, x))
+
+
+@pytest.mark.parametrize("change", ["outer constant", "inner op", "scope read"])
+def test_a_change_inside_a_body_is_not_the_same(change):
+    base = _loop()
+    if change == "outer constant":
+        other = _loop(const=2.0)
+    elif change == "scope read":
+        # the inner body adds its own parameter instead of the outer body's: the two are
+        # at the same position of their bodies, numbered apart by depth
+        other = _loop(inner_reads="w")
+    else:
+        other = _loop()
+        inner = other.graph.node[0].attribute[0].g.node[1].attribute[0].g
+        inner.node[1].op_type = "Mul"
+    onnx.checker.check_model(other, full_check=True)
+    assert not same_computation(base, other)
+    x = {"x": np.arange(8, dtype=np.float32).reshape(2, 4)}
+    assert not np.array_equal(_run(base, x), _run(other, x))
+
+
+def _run(model: onnx.ModelProto, feeds) -> np.ndarray:
+    from graphfix.runtime.session import run_model
+
+    return run_model(model, feeds)["y"]
 
 
 def test_the_check_skips_onnxruntime_for_passes_shown_to_keep_the_computation(monkeypatch):
