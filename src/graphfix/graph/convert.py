@@ -6,10 +6,12 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper, numpy_helper
+from onnx_graphsurgeon.exporters.onnx_exporter import constant_to_onnx_tensor
 from onnx_graphsurgeon.ir.tensor import LazyValues
 from onnx_graphsurgeon.logger import G_LOGGER
 
 from graphfix import weights
+from graphfix.graph.export import export_model
 from graphfix.graph.protos import all_nodes, graph_protos
 from graphfix.graph.rewire import constant_value
 from graphfix.graph.walk import all_graphs
@@ -88,6 +90,33 @@ def to_model(graph: gs.Graph, like: onnx.ModelProto) -> onnx.ModelProto:
 _GS_EXPORTS = ("tensor_type", "sequence_type", "sparse_tensor_type")
 
 
+SETTLE_MIN_BYTES = 64 * 1024
+"""New in-memory constants of at least this many bytes are kept as their TensorProto
+(`settle_constants`)."""
+
+
+def settle_constants(graph: gs.Graph) -> int:
+    """Keep each large constant a pass made as a numpy array as its exported TensorProto
+    instead (gs's lazy values over that proto); returns how many.
+
+    gs exports an array constant by copying its bytes twice (`tobytes`, then into a new
+    TensorProto), at every export: after fold-bn made fcos_resnet50_fpn's 100 MB of
+    weights arrays, each later pass's export cost 0.14 s. A lazy constant exports its
+    proto as it is, and its array is freed (passes never keep or write into arrays they
+    did not create, `passes.base`). Reading it (`graph.constant_value`) gives the same
+    values; the export is byte-identical."""
+    count = 0
+    for g in all_graphs(graph):
+        for t in g.tensors().values():
+            values = getattr(t, "_values", None)
+            if (isinstance(values, np.ndarray) and values.nbytes >= SETTLE_MIN_BYTES
+                    and values.dtype.num < 256 and values.dtype != object
+                    and t.data_location is None and t.export_dtype == t.dtype):
+                t._values = LazyValues(constant_to_onnx_tensor(t))
+                count += 1
+    return count
+
+
 def export(graph: gs.Graph) -> onnx.ModelProto:
     """gs.export_onnx, also for tensors of optional type: onnx-graphsurgeon 0.6.1 imports
     them (its dtype: the element's TypeProto) but its exporter knows tensor, sequence and
@@ -105,7 +134,7 @@ def export(graph: gs.Graph) -> onnx.ModelProto:
                 tensor.dtype = None
     try:
         with G_LOGGER.suppress():
-            model = gs.export_onnx(graph, do_type_check=False)
+            model = export_model(graph)
     finally:
         for tensor, dtype in held:
             tensor.dtype = dtype

@@ -41,6 +41,7 @@ import onnx_graphsurgeon as gs
 
 from graphfix.errors import GraphfixError
 from graphfix.graph import count_nodes, fingerprint, to_graph, to_model
+from graphfix.graph.convert import settle_constants
 from graphfix.graph.protos import graph_protos
 from graphfix.graph.samecomp import Digests, same_computation
 from graphfix.graph.shapes import apply_inferred
@@ -356,6 +357,7 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
         if not pass_.leaves_graph_clean:
             graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=True)
         toposort(graph)
+        settle_constants(graph)
         candidate = to_model(graph, state.last_good)
     except GraphfixError:
         raise
