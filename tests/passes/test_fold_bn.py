@@ -391,3 +391,21 @@ def test_real_model_folds_every_batchnorm(filename, shared_model):
     snapshot = fingerprint(graph)
     assert not FoldBatchNorm().run(graph, PassContext()).changed
     assert fingerprint(graph) == snapshot
+
+
+@pytest.mark.parametrize("shape,dtype", [((700, 300, 1, 1), np.float32),
+                                         ((64, 3, 7, 7), np.float32),
+                                         ((33, 5, 3, 3), np.float16),
+                                         ((3, 1, 3), np.float64)])
+def test_blocked_scaling_gives_the_bits_of_float64_math(shape, dtype, monkeypatch):
+    from graphfix.passes import fold_bn
+
+    monkeypatch.setattr(fold_bn, "_BLOCK", 4096)  # several blocks, the last one partial
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal(shape).astype(dtype)
+    s = rng.standard_normal((shape[0],) + (1,) * (len(shape) - 1))
+    expected = (w.astype(np.float64) * s).astype(dtype)
+    got = fold_bn._scaled(w, s)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got.view(f"u{np.dtype(dtype).itemsize}"),
+                                  expected.view(f"u{np.dtype(dtype).itemsize}"))
