@@ -93,3 +93,70 @@ def test_what_stays_deferred_is_what_the_skeleton_leaves_out():
     from graphfix.graph.skeleton import MAX_ELEMENTS
 
     assert weights.SMALL_ELEMENTS >= MAX_ELEMENTS
+
+
+def test_onnxruntime_maps_deferred_weights_of_two_directories_without_a_copy(
+        saved, tmp_path, monkeypatch):
+    """The input's weights and a spilled one (another directory) are both given to
+    onnxruntime as memory maps of their files; nothing is read into the model, and the
+    maps outlive every other reference to them."""
+    import gc
+
+    from graphfix.runtime.session import make_session
+
+    path, model = saved
+    lazy = io.load(path, weights=False)
+    other = tmp_path / "other"
+    other.mkdir()
+    bias = np.random.default_rng(2).standard_normal(64 * 32 * 9).astype(np.float32)
+    (other / "w2.bin").write_bytes(bias.tobytes())
+    w2 = numpy_helper.from_array(bias.reshape(64, 32, 3, 3), "w2")
+    w2.ClearField("raw_data")
+    w2.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "w2.bin"), ("offset", "0"),
+                       ("length", str(bias.nbytes)), (weights.BASE_KEY, str(other))):
+        entry = w2.external_data.add()
+        entry.key, entry.value = key, value
+    lazy.graph.initializer.append(w2)
+    lazy.graph.node.append(helper.make_node("Conv", ["x", "w2"], ["z"], pads=[1, 1, 1, 1]))
+    lazy.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT,
+                                                           [1, 64, 8, 8]))
+
+    def no_copy(m):
+        raise AssertionError("read the weights into the model")
+
+    monkeypatch.setattr(weights, "materialized", no_copy)
+    monkeypatch.setattr(weights, "_read_into", no_copy)
+    session = make_session(lazy, once=True)
+    assert len(session.graphfix_weights) == 2  # w and w2, both handed over as maps
+    del lazy
+    gc.collect()
+    x = np.random.default_rng(1).standard_normal((1, 32, 8, 8)).astype(np.float32)
+    y, z = session.run(["y", "z"], {"x": x})
+    np.testing.assert_array_equal(y, run_model(model, {"x": x})["y"])
+    conv = helper.make_graph([helper.make_node("Conv", ["x", "w2"], ["z"], pads=[1, 1, 1, 1])],
+                             "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                 [1, 32, 8, 8])],
+                             [helper.make_tensor_value_info("z", TensorProto.FLOAT,
+                                                            [1, 64, 8, 8])],
+                             [numpy_helper.from_array(bias.reshape(64, 32, 3, 3), "w2")])
+    plain = helper.make_model(conv, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    np.testing.assert_array_equal(z, run_model(plain, {"x": x})["z"])
+
+
+def test_a_weight_at_an_unaligned_offset_is_read_not_mapped(tmp_path):
+    data = np.arange(10, dtype=np.float32)
+    (tmp_path / "d.bin").write_bytes(b"x" + data.tobytes())
+    tensor = numpy_helper.from_array(data, "t")
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "d.bin"), ("offset", "1"), ("length", "40"),
+                       (weights.BASE_KEY, str(tmp_path))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    values = weights.mapped(tensor)
+    assert not isinstance(values, np.memmap)
+    np.testing.assert_array_equal(values, data)
+    tensor.external_data[1].value = "0"
+    (tmp_path / "d.bin").write_bytes(data.tobytes())
+    assert isinstance(weights.mapped(tensor), np.memmap)

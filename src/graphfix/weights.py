@@ -21,8 +21,9 @@ Whatever needs a deferred tensor's values reads them here:
   through `to_array`, so passes see the weights (`graph.constant_value`), and export
   keeps the reference (a pass that replaces a weight makes a new, inline one);
 - `session_bytes(model, options)`: the model for onnxruntime without the `basepath`
-  entries, with `options` pointing onnxruntime at the weights' directory; onnxruntime
-  maps the file and reads what it runs (`runtime.session.make_session`);
+  entries, with `options` holding the weights as memory maps of their files
+  (`mapped`): onnxruntime reads what it runs, copying nothing
+  (`runtime.session.make_session`);
 - `materialize(model)` / `materialized(model)`: the weights read into the proto (or a
   copy), for a caller that wants the weights in memory; `io.save` does not need it: it
   copies deferred weights from their files as it writes (`graphfix.streamsave`).
@@ -49,8 +50,6 @@ SMALL_ELEMENTS = 1024
 shape inference (`graph.skeleton`) and doctor's rules read such constants."""
 BASE_KEY = "basepath"
 """The external-data key that marks a deferred tensor and names its directory."""
-_ORT_FOLDER = "session.model_external_initializers_file_folder_path"
-"""onnxruntime's session option: where a model loaded from bytes finds external data."""
 _PLAIN = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
                     TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
                     TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32,
@@ -192,9 +191,7 @@ def materialize(model: onnx.ModelProto) -> onnx.ModelProto:
     """Read every deferred tensor of `model` into it (raw data, no longer external), one
     at a time; returns `model`."""
     for tensor in deferred(model):
-        tensor.raw_data = read_bytes(tensor)
-        tensor.ClearField("data_location")  # DEFAULT, and unset as in a plain export
-        del tensor.external_data[:]
+        _read_into(tensor)  # data_location DEFAULT, and unset as in a plain export
     return model
 
 
@@ -209,22 +206,52 @@ def materialized(model: onnx.ModelProto) -> onnx.ModelProto:
 
 # --- onnxruntime -------------------------------------------------------------------------
 
-def session_bytes(model: onnx.ModelProto, options) -> bytes | None:
+def session_bytes(model: onnx.ModelProto, options) -> tuple[bytes | None, list]:
     """The serialized model for `onnxruntime.InferenceSession(bytes, options)` when it has
-    deferred weights: `options` get the weights' directory (onnxruntime maps the file
-    rather than copying it), the `basepath` entries onnxruntime refuses are left out.
-    None when the model is over 2 GB even so (passes made large inline weights) or its
-    deferred weights come from several directories: use `materialized(model)` then."""
-    tensors = deferred(model)
-    dirs = {reference(t)[BASE_KEY] for t in tensors}
-    if len(dirs) != 1:
-        return None
-    options.add_session_config_entry(_ORT_FOLDER, dirs.pop())
-    with _without_dirs(tensors):
+    deferred weights: each deferred main-graph initializer is handed to onnxruntime as
+    an external initializer over a read-only memory map of its file (`mapped`), so
+    onnxruntime neither copies nor parses it, whichever directory it lies in (the input
+    model's, or the run's spill, `graphfix.spill`); the model's reference stays, without
+    the `basepath` entries onnxruntime refuses. Deferred tensors elsewhere (a node's
+    attribute) are read into a copy of the model. Returns the bytes (None when the model
+    is over 2 GB even so, passes having made large inline weights: use
+    `materialized(model)` then) and the values given to onnxruntime, which must live as
+    long as the session does."""
+    import onnxruntime as ort
+
+    main = [t for t in model.graph.initializer if is_deferred(t)]
+    if len(main) != len(deferred(model)):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        for tensor in deferred(copy):
+            if not any(tensor is t for t in copy.graph.initializer):
+                _read_into(tensor)
+        model, main = copy, [t for t in copy.graph.initializer if is_deferred(t)]
+    values = [ort.OrtValue.ortvalue_from_numpy(mapped(t)) for t in main]
+    options.add_external_initializers([t.name for t in main], values)
+    with _without_dirs(main):
         try:
-            return model.SerializeToString()
+            return model.SerializeToString(), values
         except (EncodeError, ValueError):  # over the 2 GB protobuf limit
-            return None
+            return None, values
+
+
+def mapped(tensor: TensorProto) -> np.ndarray:
+    """A deferred tensor's values as a read-only memory map of its file where its type
+    is numpy's own and its offset suits the type's alignment, else read (`to_array`)."""
+    info = reference(tensor)
+    offset = int(info.get("offset", "0"))
+    if tensor.data_type not in _PLAIN or tensor.HasField("segment"):
+        return to_array(tensor)
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).newbyteorder("<")
+    if offset % dtype.alignment or not dtype.isnative or math.prod(tensor.dims) == 0:
+        return to_array(tensor)
+    path = os.path.join(info[BASE_KEY], info.get("location", ""))
+    try:
+        return np.memmap(path, dtype=dtype, mode="r", offset=offset,
+                         shape=tuple(tensor.dims))
+    except (OSError, ValueError):  # a file shorter than the reference: read says why
+        return to_array(tensor)
 
 
 @contextlib.contextmanager
@@ -240,6 +267,12 @@ def _without_dirs(tensors: list[TensorProto]) -> Iterator[None]:
         for tensor, base in zip(tensors, saved, strict=True):
             entry = tensor.external_data.add()
             entry.key, entry.value = BASE_KEY, base
+
+
+def _read_into(tensor: TensorProto) -> None:
+    tensor.raw_data = read_bytes(tensor)
+    tensor.ClearField("data_location")
+    del tensor.external_data[:]
 
 
 # --- every tensor --------------------------------------------------------------------------

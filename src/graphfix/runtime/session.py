@@ -160,9 +160,12 @@ def make_session(model: onnx.ModelProto, providers: Sequence[str] = ("cpu",),
     names = provider_names(providers)
     if weights.deferred(model):  # weights left in their file (io.load(weights=False))
         options = session_options(basic, fast, once)
-        data = weights.session_bytes(model, options)  # onnxruntime maps the file
+        data, values = weights.session_bytes(model, options)  # memory maps of the files
         if data is not None:
-            return _started(session_class(data, sess_options=options, providers=names), names)
+            session = _started(session_class(data, sess_options=options, providers=names),
+                               names)
+            session.graphfix_weights = values  # onnxruntime reads them while it lives
+            return session
         model = weights.materialized(model)  # over 2 GB even so: a full copy (rare)
     try:  # ByteSize() would serialize too (upb): serialize once, fall back past 2 GB
         data = model.SerializeToString()
