@@ -42,6 +42,7 @@ from graphfix.runtime.feeds import (
 )
 from graphfix.runtime.outputs import OutputCheck
 from graphfix.runtime.values import InputValue
+from graphfix.spill import Spill
 
 if TYPE_CHECKING:
     from graphfix.doctor import Diagnosis
@@ -129,16 +130,19 @@ def run(
     `weights=False`, `graphfix.weights`): passes read those they rewrite, the checks'
     onnxruntime maps the file, `output` is written by copying them from it, and the
     result's weights are read into it at the end, so `Result.model` is self-contained
-    (docs/large-models.md). `keep_weights=False` skips that last read (the CLI, which
-    only writes the model): `Result.model` then refers to the input file for the
-    weights no pass changed, and needs it in place (with `in_place` they are read
-    anyway, before the input is replaced).
+    (docs/large-models.md). Large weights a pass computes go to a temporary spill file
+    for the run (`graphfix.spill`) and are read from there the same way.
+    `keep_weights=False` skips that last read (the CLI, which only writes the model):
+    `Result.model` then refers to the input file for the weights no pass changed, and
+    to the spill, deleted when run returns, for those a pass made, so its weights are
+    not to be read (with `in_place` they are read anyway, before the input is
+    replaced).
     """
     from graphfix.runtime.session import provider_names
     from graphfix.writeset import WriteSet
 
     path = None if isinstance(model, onnx.ModelProto) else Path(model)
-    with WriteSet(_inputs(path, data, plugin_rules)) as files:
+    with WriteSet(_inputs(path, data, plugin_rules)) as files, Spill() as spill:
         pipeline = _pipeline(passes, trt)
         out = _claim_outputs(files, pipeline, path, output, report, dump_after, in_place)
         providers = provider_names(providers)  # a usage error before any work
@@ -148,7 +152,7 @@ def run(
             on_pass_done = runfiles.dumper(out, dump_after, files, written, on_pass_done)
         prepared = _prepare(source, pipeline, check, input_shapes, data, input_values, seed,
                             providers, trt, plugin_rules)
-        result = _execute(prepared, max_rewrites, on_pass_start, on_pass_done)
+        result = _execute(prepared, max_rewrites, on_pass_start, on_pass_done, spill)
         result.written = written
         _review(result, prepared, explain, name=str(out or path or "model"))
         result.report.input = FileRef(str(path)) if path else None
@@ -265,7 +269,7 @@ def _prepare(model: ModelLike, passes: str | Pipeline | None, check: bool,
 
 def _execute(prepared: _Prepared, max_rewrites: int | None,
              on_pass_start: Callable[[int, str], None] | None = None,
-             on_pass_done: PassCallback | None = None) -> Result:
+             on_pass_done: PassCallback | None = None, spill=None) -> Result:
     source = prepared.source
     check = prepared.output_check
     ctx = PassContext(input_shapes=dict(prepared.shapes), trt=prepared.trt,
@@ -274,8 +278,8 @@ def _execute(prepared: _Prepared, max_rewrites: int | None,
     if max_rewrites is not None:
         ctx.rewrites = RewriteBudget(max_rewrites)
     result_model, report = run_pipeline(
-        source, prepared.pipeline, prepared.output_check, ctx, on_pass_start, on_pass_done
-    )
+        source, prepared.pipeline, prepared.output_check, ctx, on_pass_start, on_pass_done,
+        spill)
     if result_model is not source and (report.renamed or report.removed):
         merged = provenance.compose(provenance.read(source), report.renamed, report.removed)
         provenance.attach(result_model, *merged)

@@ -95,9 +95,11 @@ SETTLE_MIN_BYTES = 64 * 1024
 (`settle_constants`)."""
 
 
-def settle_constants(graph: gs.Graph) -> int:
+def settle_constants(graph: gs.Graph, spill=None) -> int:
     """Keep each large constant a pass made as a numpy array as its exported TensorProto
-    instead (gs's lazy values over that proto); returns how many.
+    instead (gs's lazy values over that proto), or, given a `graphfix.spill.Spill`, as a
+    reference to its bytes written there (deferred, like the input's weights); returns
+    how many.
 
     gs exports an array constant by copying its bytes twice (`tobytes`, then into a new
     TensorProto), at every export: after fold-bn made fcos_resnet50_fpn's 100 MB of
@@ -112,7 +114,10 @@ def settle_constants(graph: gs.Graph) -> int:
             if (isinstance(values, np.ndarray) and values.nbytes >= SETTLE_MIN_BYTES
                     and values.dtype.num < 256 and values.dtype != object
                     and t.data_location is None and t.export_dtype == t.dtype):
-                t._values = LazyValues(constant_to_onnx_tensor(t))
+                if spill is not None:
+                    t._values = _DeferredValues(spill.put(t.name, values))
+                else:
+                    t._values = LazyValues(constant_to_onnx_tensor(t))
                 count += 1
     return count
 

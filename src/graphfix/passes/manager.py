@@ -35,6 +35,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -140,13 +141,16 @@ def run_pipeline(
     ctx: PassContext | None = None,
     on_pass_start: Callable[[int, str], None] | None = None,
     on_pass_done: PassCallback | None = None,
+    spill=None,
 ) -> tuple[onnx.ModelProto, Report]:
     """Run every pass of `pipeline` on `model`; returns the verified result and a report.
 
     A preset runs its passes in rounds until a round applies nothing, at most its
     `max_rounds`; the report says how many rounds ran (and notes hitting the bound).
+    With a `graphfix.spill.Spill`, the large weights passes make are written there and
+    the models refer to them (the caller keeps it open while it uses them).
     """
-    runner = _Runner(model, output_check, ctx, on_pass_start, on_pass_done)
+    runner = _Runner(model, output_check, ctx, on_pass_start, on_pass_done, spill)
     for item in pipeline.specs:
         if isinstance(item, PresetSpec):
             steps = [(str(spec), spec.build()) for spec in item.pass_specs()]
@@ -174,14 +178,15 @@ def run_passes(
 class _Runner:
     """One run: the state between passes, the records, and the verification settings."""
 
-    def __init__(self, model, output_check, ctx, on_pass_start, on_pass_done) -> None:
+    def __init__(self, model, output_check, ctx, on_pass_start, on_pass_done,
+                 spill=None) -> None:
         self.start = time.perf_counter()
         self.output_check = output_check
         self.ctx = ctx or PassContext()
         self.on_pass_start = on_pass_start
         self.on_pass_done = on_pass_done
         self.verifier = Verifier.for_input(model)
-        self.state = _State(to_graph(model), model)
+        self.state = _State(to_graph(model), model, spill=spill)
         self.state.annotate(self.verifier.inferred)
         self.records: list[PassRecord] = []
         self.rounds_run: dict[str, int] = {}
@@ -273,6 +278,7 @@ class _State:
     # and left unchanged: on that same graph it would do the same again (passes are
     # deterministic), so a preset's next round does not run it
     unchanged_at: dict[str, tuple] = field(default_factory=dict)
+    spill: Any = None  # where large new weights go (`graphfix.spill.Spill`), if anywhere
 
     def current_fingerprint(self) -> tuple:
         if self.fingerprint is None:
@@ -357,7 +363,7 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
         if not pass_.leaves_graph_clean:
             graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=True)
         toposort(graph)
-        settle_constants(graph)
+        settle_constants(graph, state.spill)
         candidate = to_model(graph, state.last_good)
     except GraphfixError:
         raise

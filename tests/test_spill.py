@@ -1,0 +1,69 @@
+"""graphfix.spill: large weights a pass makes go to a temporary file for the run."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from graphfix import api, io, weights
+from graphfix.spill import ALIGN, Spill
+
+
+def test_put_writes_aligned_deferred_references_and_close_deletes_them():
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(5).astype(np.float32), np.arange(7, dtype=np.int64),
+              rng.standard_normal((3, 4)).astype(np.float16), np.array([True, False])]
+    with Spill() as spill:
+        tensors = [spill.put(f"t{i}", a) for i, a in enumerate(arrays)]
+        directory = spill.dir
+        for tensor, array in zip(tensors, arrays, strict=True):
+            assert weights.is_deferred(tensor)
+            assert int(weights.reference(tensor)["offset"]) % ALIGN == 0
+            np.testing.assert_array_equal(weights.to_array(tensor), array)
+            assert weights.to_array(tensor).dtype == array.dtype
+        assert spill.bytes == sum(a.nbytes for a in arrays)
+    assert not os.path.exists(directory)
+
+
+def _conv_bn(tmp_path):
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((64, 32, 3, 3)).astype(np.float32),
+                                     "w")]  # 72 KiB: spilled once fold-bn rewrites it
+    for name, low in (("scale", 0.5), ("bias", -1), ("mean", -1), ("var", 0.5)):
+        inits.append(numpy_helper.from_array(rng.uniform(low, 2, 64).astype(np.float32), name))
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 8, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    path = tmp_path / "m.onnx"
+    io.save(model, path)
+    return path, model
+
+
+def test_a_run_spills_the_folded_weight_checks_it_and_keeps_a_self_contained_result(
+        tmp_path, monkeypatch):
+    path, model = _conv_bn(tmp_path)
+    spilled, dirs = [], []
+    put = Spill.put
+
+    def recording(self, name, values):
+        tensor = put(self, name, values)
+        spilled.append(name)
+        dirs.append(self.dir)
+        return tensor
+
+    monkeypatch.setattr(Spill, "put", recording)
+    out = tmp_path / "out.onnx"
+    result = api.run(str(path), passes="fold-bn", output=str(out))
+    assert spilled == ["y_folded_weight"]
+    assert result.report.passes[0].check.startswith("passed")
+    assert not os.path.exists(dirs[0])  # gone when run returned
+    assert not weights.deferred(result.model)  # read into the result before that
+    eager = api.run(model, passes="fold-bn")  # the model in memory, spilled as well
+    assert len(spilled) == 2 and not os.path.exists(dirs[1])
+    assert result.model.SerializeToString() == eager.model.SerializeToString()
+    assert io.load(str(out)).SerializeToString() == eager.model.SerializeToString()
