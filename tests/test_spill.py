@@ -67,3 +67,42 @@ def test_a_run_spills_the_folded_weight_checks_it_and_keeps_a_self_contained_res
     assert len(spilled) == 2 and not os.path.exists(dirs[1])
     assert result.model.SerializeToString() == eager.model.SerializeToString()
     assert io.load(str(out)).SerializeToString() == eager.model.SerializeToString()
+
+
+def test_only_main_graph_initializers_no_body_reads_are_spilled():
+    """gs exports a constant a body reads as that body's initializer too, and onnx.checker
+    looks for the file of an external tensor outside the main graph (silero_vad: an
+    inlined If left a large constant in a branch, and fold-constants was rolled back)."""
+    import onnx
+    import onnx_graphsurgeon as gs
+
+    from graphfix.graph.convert import export, settle_constants
+    from graphfix.graph.skeleton import skeleton
+
+    rng = np.random.default_rng(0)
+
+    def big(name):
+        return gs.Constant(name, rng.standard_normal(20000).astype(np.float32))
+
+    x = gs.Variable("x", np.float32, (20000,))
+    cond = gs.Variable("c", np.bool_, ())
+    main_only, read_in_body, inside = big("main_only"), big("read_in_body"), big("inside")
+    then_out = gs.Variable("t", np.float32, (20000,))
+    else_out = gs.Variable("e", np.float32, (20000,))
+    then = gs.Graph(nodes=[gs.Node("Add", inputs=[x, read_in_body], outputs=[then_out])],
+                    outputs=[then_out], name="then")
+    other = gs.Graph(nodes=[gs.Node("Mul", inputs=[x, inside], outputs=[else_out])],
+                     outputs=[else_out], name="else")
+    a, y = gs.Variable("a", np.float32, (20000,)), gs.Variable("y", np.float32, (20000,))
+    graph = gs.Graph(nodes=[gs.Node("Add", inputs=[x, main_only], outputs=[a]),
+                            gs.Node("If", attrs={"then_branch": then, "else_branch": other},
+                                    inputs=[cond], outputs=[y])],
+                     inputs=[x, cond], outputs=[a, y], opset=17)
+    with Spill() as spill:
+        assert settle_constants(graph, spill) == 3
+        assert weights.is_deferred(main_only._values.tensor)
+        assert not weights.is_deferred(read_in_body._values.tensor)
+        assert not weights.is_deferred(inside._values.tensor)
+        model = export(graph)
+        onnx.checker.check_model(skeleton(model))  # as the manager checks a candidate
+        assert [t.name for t in weights.deferred(model)] == ["main_only"]

@@ -106,15 +106,22 @@ def settle_constants(graph: gs.Graph, spill=None) -> int:
     weights arrays, each later pass's export cost 0.14 s. A lazy constant exports its
     proto as it is, and its array is freed (passes never keep or write into arrays they
     did not create, `passes.base`). Reading it (`graph.constant_value`) gives the same
-    values; the export is byte-identical."""
+    values; the export is byte-identical.
+
+    Only main-graph initializers that no body reads are spilled: gs exports a constant a
+    body reads as an initializer of that body too, and a deferred tensor is a main-graph
+    initializer by contract (`graphfix.weights`; onnx.checker looks for the file of any
+    other)."""
     count = 0
+    main = {id(n) for n in graph.nodes}
     for g in all_graphs(graph):
         for t in g.tensors().values():
             values = getattr(t, "_values", None)
             if (isinstance(values, np.ndarray) and values.nbytes >= SETTLE_MIN_BYTES
                     and values.dtype.num < 256 and values.dtype != object
                     and t.data_location is None and t.export_dtype == t.dtype):
-                if spill is not None:
+                if spill is not None and g is graph and all(id(n) in main
+                                                            for n in t.outputs):
                     t._values = _DeferredValues(spill.put(t.name, values))
                 else:
                     t._values = LazyValues(constant_to_onnx_tensor(t))
