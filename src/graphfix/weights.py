@@ -21,9 +21,9 @@ Whatever needs a deferred tensor's values reads them here:
   through `to_array`, so passes see the weights (`graph.constant_value`), and export
   keeps the reference (a pass that replaces a weight makes a new, inline one);
 - `session_bytes(model, options)`: the model for onnxruntime without the `basepath`
-  entries, with `options` holding the weights as memory maps of their files
-  (`mapped`): onnxruntime reads what it runs, copying nothing
-  (`runtime.session.make_session`);
+  entries, with `options` pointing onnxruntime at the weights' directory (it maps the
+  file and reads what it runs), and the weights of any other directory handed over as
+  memory maps of their files (`mapped`) (`runtime.session.make_session`);
 - `materialize(model)` / `materialized(model)`: the weights read into the proto (or a
   copy), for a caller that wants the weights in memory; `io.save` does not need it: it
   copies deferred weights from their files as it writes (`graphfix.streamsave`).
@@ -50,6 +50,8 @@ SMALL_ELEMENTS = 1024
 shape inference (`graph.skeleton`) and doctor's rules read such constants."""
 BASE_KEY = "basepath"
 """The external-data key that marks a deferred tensor and names its directory."""
+_ORT_FOLDER = "session.model_external_initializers_file_folder_path"
+"""onnxruntime's session option: where a model loaded from bytes finds external data."""
 _PLAIN = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
                     TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
                     TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32,
@@ -208,15 +210,18 @@ def materialized(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def session_bytes(model: onnx.ModelProto, options) -> tuple[bytes | None, list]:
     """The serialized model for `onnxruntime.InferenceSession(bytes, options)` when it has
-    deferred weights: each deferred main-graph initializer is handed to onnxruntime as
-    an external initializer over a read-only memory map of its file (`mapped`), so
-    onnxruntime neither copies nor parses it, whichever directory it lies in (the input
-    model's, or the run's spill, `graphfix.spill`); the model's reference stays, without
-    the `basepath` entries onnxruntime refuses. Deferred tensors elsewhere (a node's
-    attribute) are read into a copy of the model. Returns the bytes (None when the model
-    is over 2 GB even so, passes having made large inline weights: use
-    `materialized(model)` then) and the values given to onnxruntime, which must live as
-    long as the session does."""
+    deferred weights, without the `basepath` entries onnxruntime refuses. onnxruntime
+    reads the weights of one directory itself (`options` name it: the one with the most
+    bytes), as it reads any model's external data; the deferred main-graph initializers
+    of any other directory (the run's spill, `graphfix.spill`, beside the input's) are
+    handed to it as external initializers over read-only memory maps of their files
+    (`mapped`), copying nothing. (Handing it every weight that way costs more memory:
+    onnxruntime keeps the original of a weight it repacks when it does not own it; the
+    2 GiB model's check then failed at 8 GiB of address space.) Deferred tensors
+    elsewhere (a node's attribute) are read into a copy of the model. Returns the bytes
+    (None when the model is over 2 GB even so, passes having made large inline weights:
+    use `materialized(model)` then) and the values given to onnxruntime, which must
+    live as long as the session does."""
     import onnxruntime as ort
 
     main = [t for t in model.graph.initializer if is_deferred(t)]
@@ -227,8 +232,16 @@ def session_bytes(model: onnx.ModelProto, options) -> tuple[bytes | None, list]:
             if not any(tensor is t for t in copy.graph.initializer):
                 _read_into(tensor)
         model, main = copy, [t for t in copy.graph.initializer if is_deferred(t)]
-    values = [ort.OrtValue.ortvalue_from_numpy(mapped(t)) for t in main]
-    options.add_external_initializers([t.name for t in main], values)
+    by_dir: dict[str, int] = {}
+    for t in main:
+        base = reference(t)[BASE_KEY]
+        by_dir[base] = by_dir.get(base, 0) + int(reference(t).get("length", "0"))
+    folder = max(by_dir, key=by_dir.__getitem__)
+    options.add_session_config_entry(_ORT_FOLDER, folder)
+    others = [t for t in main if reference(t)[BASE_KEY] != folder]
+    values = [ort.OrtValue.ortvalue_from_numpy(mapped(t)) for t in others]
+    if others:
+        options.add_external_initializers([t.name for t in others], values)
     with _without_dirs(main):
         try:
             return model.SerializeToString(), values
