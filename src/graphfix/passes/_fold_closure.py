@@ -67,18 +67,17 @@ def lower_constant_nodes(graph: gs.Graph) -> int:
     return count
 
 
-def fold_closure(graph: gs.Graph, threshold: int | None, excluded, error_ok: bool = False,
-                 runnable=None) -> int:
+def fold_closure(graph: gs.Graph, threshold: int | None, excluded, error_ok: bool = False
+                 ) -> int:
     """Evaluate and fold the constant part of `graph` and of every body in it (outer
     graph first, so a body sees what its outer graph folded); returns how many tensors
     became constants. `graph` must be topologically sorted. `excluded(node)` keeps a node
     whatever its inputs. onnxruntime's error is raised unless `error_ok`, which skips the
-    graph it failed on. `runnable(nodes, outputs)` builds the model (tests)."""
-    runnable = runnable or closure_model
+    graph it failed on."""
     folded = 0
     for g in _live_graphs(graph):
         try:
-            folded += _fold_graph(g, graph, threshold, excluded, runnable)
+            folded += _fold_graph(g, graph, threshold, excluded)
         except Exception:
             if not error_ok:
                 raise
@@ -97,7 +96,7 @@ def _live_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
             yield from _live_graphs(sub)
 
 
-def _fold_graph(g: gs.Graph, top: gs.Graph, threshold: int | None, excluded, runnable) -> int:
+def _fold_graph(g: gs.Graph, top: gs.Graph, threshold: int | None, excluded) -> int:
     computable = _computable(g, excluded)
     kept = dict(computable)  # the nodes whose outputs may still become constants
     folded = 0
@@ -112,7 +111,7 @@ def _fold_graph(g: gs.Graph, top: gs.Graph, threshold: int | None, excluded, run
         if not frontier:
             break
         nodes = _needed(frontier, computable, g)
-        values = run_closure(runnable(nodes, frontier, top), [t.name for t in frontier])
+        values = run_closure(closure_model(nodes, frontier, top), [t.name for t in frontier])
         refused = []
         for tensor, value in zip(frontier, values, strict=True):
             if not isinstance(value, np.ndarray) or value.dtype == object or (
