@@ -11,6 +11,7 @@ import onnx_graphsurgeon as gs
 from onnx import helper
 from onnx_graphsurgeon.logger import G_LOGGER
 
+from graphfix.graph.convert import export
 from graphfix.graph.protos import graph_protos
 from graphfix.graph.skeleton import skeleton
 from graphfix.graph.walk import all_graphs
@@ -38,7 +39,7 @@ def infer_shapes(graph: gs.Graph, clear: bool = False, symbolic: bool = False) -
         for t in _inner_variables(graph):
             t.shape = None
     with G_LOGGER.suppress():
-        model = gs.export_onnx(graph, do_type_check=False)
+        model = export(graph)
     inferred = onnx.shape_inference.infer_shapes(skeleton(model), data_prop=True)
     updated = apply_inferred(graph, inferred)
     if symbolic and not any(graph.subgraphs()) and reads_unnamed_dims(graph):
@@ -78,7 +79,7 @@ def unnamed_dims_may_be_static(graph: gs.Graph, sizes: dict[str, tuple[int, ...]
     if not any(dynamic.values()):
         return True
     with G_LOGGER.suppress():
-        model = skeleton(gs.export_onnx(graph, do_type_check=False))
+        model = skeleton(export(graph))
     del model.graph.value_info[:]
     at = [_concrete_dims(model, graph, dynamic, sizes, scale) for scale in (1, 2)]
     for name, positions in readers:

@@ -62,6 +62,7 @@ from graphfix.graph import (
     node_label,
     replace_in,
 )
+from graphfix.graph.convert import export
 from graphfix.graph.protos import graph_protos
 from graphfix.graph.skeleton import skeleton
 
@@ -286,7 +287,7 @@ def _infer(graph: gs.Graph, input_shapes: dict[str, tuple[int, ...]]) -> dict[st
     Nodes a pass has disconnected (no outputs) are left out of the export: inference
     rejects a node without its inputs."""
     with G_LOGGER.suppress():
-        model = gs.export_onnx(graph, do_type_check=False)
+        model = export(graph)
     for g in graph_protos(model.graph):
         live = [n for n in g.node if n.output]
         del g.node[:]

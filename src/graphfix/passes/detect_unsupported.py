@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.logger import G_LOGGER
 
+from graphfix.graph.convert import export
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
 
 
@@ -42,7 +43,7 @@ class DetectUnsupported(Pass):
         target = parse_target(self.options.trt) if self.options.trt else (
             ctx.trt or parse_target(None))
         with G_LOGGER.suppress():
-            model = gs.export_onnx(graph, do_type_check=False)
+            model = export(graph)
         diagnosis = diagnose(model, target)
         result = PassResult(changed=False)
         infos = 0

@@ -38,6 +38,7 @@ from onnx_graphsurgeon.logger import G_LOGGER
 
 from graphfix.errors import GraphfixError
 from graphfix.graph import all_graphs, is_onnx, node_label, opset_of, replace_in, to_graph
+from graphfix.graph.convert import export
 from graphfix.graph.skeleton import skeleton
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
 
@@ -118,7 +119,7 @@ def _export(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, gs.Constant]]:
     small constant inputs such as axes, splits and scales).
     """
     with G_LOGGER.suppress():
-        model = gs.export_onnx(graph, do_type_check=False)
+        model = export(graph)
     light = skeleton(model)
     listed = {vi.name for vi in model.graph.input}
     moved = {vi.name for vi in light.graph.input} - listed
