@@ -117,21 +117,27 @@ def fingerprint(graph: gs.Graph) -> tuple:
         ("opsets", graph.opset, tuple((d.domain, d.version) for d in graph.import_domains or ()))
     ]
     tensors: dict[int, gs.Tensor] = {}
+    update, append = tensors.update, parts.append
     for g in all_graphs(graph):
-        parts.append(("graph", id(g), _ids(g.inputs, tensors), _ids(g.outputs, tensors)))
-        for node in g.nodes:
-            attrs = node.attrs
-            parts.append((
-                id(node), node.op, node.name, node.domain,
-                _ids(node.inputs, tensors), _ids(node.outputs, tensors),
-                tuple((k, _attr_key(v)) for k, v in attrs.items()) if attrs else (),
-            ))
+        append(("graph", id(g), _ids(g.inputs, tensors), _ids(g.outputs, tensors)))
+        for node in g.nodes:  # the hot loop: inlined, plain attribute values as they are
+            ins, outs, attrs = node.inputs, node.outputs, node.attrs
+            in_ids, out_ids = tuple(map(id, ins)), tuple(map(id, outs))
+            update(zip(in_ids, ins, strict=True))
+            update(zip(out_ids, outs, strict=True))
+            append((id(node), node.op, node.name, node.domain, in_ids, out_ids,
+                    tuple([(k, v if type(v) in _PLAIN else _attr_key(v))
+                           for k, v in attrs.items()]) if attrs else ()))
     # each tensor's own state once, however many nodes read it; the shapes last, so that
     # `same_structure` can tell a pass that only annotated shapes
-    parts.append(tuple(_tensor_key(t) for t in tensors.values()))
-    parts.append(tuple(tuple(t.shape) if t.shape is not None else None
-                       for t in tensors.values()))
+    values = tensors.values()
+    append(tuple([_tensor_key(t) for t in values]))
+    append(tuple([_shape_key(t) for t in values]))
     return tuple(parts)
+
+
+_PLAIN = frozenset({int, float, str, bytes, bool, type(None)})
+"""Attribute value types a fingerprint holds as they are (immutable)."""
 
 
 def same_structure(a: tuple, b: tuple) -> bool:
@@ -152,11 +158,22 @@ def _tensor_key(t: gs.Tensor) -> tuple:
     return (id(t), t.name, t.dtype)  # compared with ==: a dtype or its type
 
 
+def _shape_key(t: gs.Tensor) -> tuple | None:
+    """A variable's shape; none for a constant, whose shape is its values' (the values
+    object is in `_tensor_key`, and passes replace values, never reshape them)."""
+    if isinstance(t, gs.Constant) or t.shape is None:
+        return None
+    return tuple(t.shape)
+
+
 def _attr_key(value: Any) -> Any:
     if isinstance(value, (gs.Graph, gs.Tensor, np.ndarray)):
         return id(value)
     if isinstance(value, list):
-        return tuple(_attr_key(v) for v in value)
+        items = tuple(value)  # a copy: a later edit of the list must not edit the key
+        if all(map(_PLAIN.__contains__, map(type, items))):
+            return items
+        return tuple(_attr_key(v) for v in items)
     return value
 
 
