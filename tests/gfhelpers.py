@@ -44,6 +44,24 @@ def reshape_chain(*middle: str) -> onnx.ModelProto:
     """)
 
 
+def conv_bn_model() -> onnx.ModelProto:
+    """Conv (a 64x32x3x3 weight: 72 KiB, deferred at load and spilled once rewritten) +
+    BatchNormalization, on x[1,32,8,8]."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((64, 32, 3, 3)).astype(np.float32),
+                                     "w")]
+    for name, low in (("scale", 0.5), ("bias", -1), ("mean", -1), ("var", 0.5)):
+        inits.append(numpy_helper.from_array(rng.uniform(low, 2, 64).astype(np.float32), name))
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 8, 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
 def ops(model: onnx.ModelProto) -> list[str]:
     return [n.op_type for n in model.graph.node]
 

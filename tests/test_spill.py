@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
+from gfhelpers import conv_bn_model
 
 from graphfix import api, io, weights
 from graphfix.spill import ALIGN, Spill
@@ -28,17 +28,7 @@ def test_put_writes_aligned_deferred_references_and_close_deletes_them():
 
 
 def _conv_bn(tmp_path):
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal((64, 32, 3, 3)).astype(np.float32),
-                                     "w")]  # 72 KiB: spilled once fold-bn rewrites it
-    for name, low in (("scale", 0.5), ("bias", -1), ("mean", -1), ("var", 0.5)):
-        inits.append(numpy_helper.from_array(rng.uniform(low, 2, 64).astype(np.float32), name))
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-         helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"])],
-        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 8, 8])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    model = conv_bn_model()
     path = tmp_path / "m.onnx"
     io.save(model, path)
     return path, model
