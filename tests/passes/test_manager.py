@@ -375,3 +375,10 @@ def test_with_a_rewrite_budget_every_pass_runs():
     steps = [(counter.name, counter)] * 3
     run_passes(model, steps, check_for(model), PassContext(rewrites=RewriteBudget(5)))
     assert counter.runs == 3
+
+
+def test_after_a_pass_changed_only_shapes_the_pass_runs_again():
+    counter = CountsRuns()
+    _, report = run(parse(MODEL), counter, AnnotatesShapes(), counter)
+    assert report.passes[1].status == UNCHANGED
+    assert counter.runs == 2  # the shapes it would see are not the ones it saw

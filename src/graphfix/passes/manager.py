@@ -18,11 +18,10 @@ For every pass, in order:
    (`rejected`, when one was exported) for the `on_pass_done` callback.
 A pass whose fingerprint did not change needs no verification: the graph is the
 one already verified. A pass is not run again on a graph it already left unchanged
-(same fingerprint, no rollback since): a preset's last round, which only shows that
-nothing changes any more, then costs a fingerprint per pass (dedup-constants alone was
-0.3 s a round on wide_resnet50_2). Not with a rewrite budget, whose count a run would
-move. A `GraphfixError` from a pass is the user's problem (a bad option) and stops the
-run.
+(nothing applied, rolled back or annotated since): a preset's last round, which only
+shows that nothing changes any more, then costs little (dedup-constants alone was 0.3 s
+a round on wide_resnet50_2). Not with a rewrite budget, whose count a run would move.
+A `GraphfixError` from a pass is the user's problem (a bad option) and stops the run.
 
 With a rewrite budget (`ctx.rewrites`), passes that count their rewrites ask it
 before each one; a pass that does not (`Pass.counts_rewrites` false) and changed
@@ -273,10 +272,11 @@ class _State:
     # the same (`graph.samecomp`) has that outcome without running
     last_check: tuple[str, float | None] = ("passed (exact)", 0.0)
     digests: Digests = field(default_factory=Digests)
-    generation: int = 0  # how many times the graph was re-imported (rollbacks)
-    # pipeline text -> (generation, fingerprint, counts, notes) of the graph it last ran on
-    # and left unchanged: on that same graph it would do the same again (passes are
-    # deterministic), so a preset's next round does not run it
+    version: int = 0  # bumped whenever the graph changes: accepted, rolled back, annotated
+    # pipeline text -> (version, counts, notes) of the graph it last ran on and left
+    # unchanged: on that same graph it would do the same again (passes are
+    # deterministic), so a preset's next round does not run it. A version, not a
+    # fingerprint: a fingerprint holds ids, which objects freed since may have passed on
     unchanged_at: dict[str, tuple] = field(default_factory=dict)
     spill: Any = None  # where large new weights go (`graphfix.spill.Spill`), if anywhere
 
@@ -287,7 +287,6 @@ class _State:
 
     def roll_back(self) -> None:
         self.graph = to_graph(self.last_good)
-        self.generation += 1
         self.annotate(self.inferred)
 
     def accept(self, model: onnx.ModelProto, inferred: onnx.ModelProto | None) -> None:
@@ -301,6 +300,7 @@ class _State:
         if inferred is not None:
             apply_inferred(self.graph, inferred)
         self.fingerprint = None
+        self.version += 1
 
 
 def _run_one(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier, output_check,
@@ -332,9 +332,10 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
     nodes_before = count_nodes(state.graph)
     before = state.current_fingerprint()
     record = PassRecord(index, spec, UNCHANGED, 0.0, nodes_before, nodes_before)
+    version = state.version
     seen = state.unchanged_at.get(spec)
-    if seen and seen[:2] == (state.generation, before) and ctx.rewrites is None:
-        record.counts, record.notes = dict(seen[2]), list(seen[3])
+    if seen and seen[0] == version and ctx.rewrites is None:
+        record.counts, record.notes = dict(seen[1]), list(seen[2])
         record.check = NOT_RERUN
         record.seconds = time.perf_counter() - t0
         return record
@@ -348,6 +349,7 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
             # it inferred shapes and rewrote nothing (fold-constants does, and after a
             # rollback every round would "change" the graph, never reaching a fixed point)
             state.fingerprint = after
+            state.version += 1  # the shapes passes see did change
             after = before
         if after != before and not _within_budget(pass_, ctx):
             state.roll_back()  # the pass's changes, all counted as one rewrite, are refused
@@ -355,9 +357,8 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
             after = before
         if after == before:
             record.check = "unchanged"
-            if record.notes != [LIMIT_NOTE]:
-                state.unchanged_at[spec] = (state.generation, before, record.counts,
-                                            record.notes)
+            if record.notes != [LIMIT_NOTE] and state.version == version:
+                state.unchanged_at[spec] = (version, record.counts, record.notes)
             record.seconds = time.perf_counter() - t0
             return record
         if not pass_.leaves_graph_clean:
