@@ -292,6 +292,37 @@ def _mul_sigmoid(shift: float | None):
     return model
 
 
+def _mul_exp(shift: float = 0.0, wrong: float = 1.0):
+    """x*40 -> Exp (inputs around 4: Mask R-CNN's box decoding); the candidate adds
+    `shift` to the Exp's input (rounding upstream), or scales its output by `wrong`."""
+    nodes = [helper.make_node("Mul", ["x", "c"], ["m0"]),
+             helper.make_node("Add", ["m0", "d"], ["m"]),
+             helper.make_node("Exp", ["m"], ["e" if wrong != 1.0 else "y"])]
+    inits = [numpy_helper.from_array(np.array(40.0, np.float32), "c"),
+             numpy_helper.from_array(np.array(shift, np.float32), "d")]
+    if wrong != 1.0:
+        nodes.append(helper.make_node("Mul", ["e", "k"], ["y"]))
+        inits.append(numpy_helper.from_array(np.array(wrong, np.float32), "k"))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [1, 8])],
+                              [helper.make_tensor_value_info("y", 1, [1, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_an_exp_may_grow_its_inputs_error_by_its_own_value():
+    """m differs by 2e-5 (5e-6 of its scale, 4: within bound); Exp(m) then differs by
+    max|y| * 2e-5 = 1.1e-3, twice its own scale-relative bound. That is what the input's
+    error becomes through an Exp, so it agrees; an Exp computed wrongly does not."""
+    feeds = [{"x": np.linspace(0.05, 0.1, 8, dtype=np.float32).reshape(1, 8)}]
+    ok = compare_layerwise(_mul_exp(), _mul_exp(shift=2e-5), feeds)
+    exp = ok.tensor("y")
+    assert ok.passed and exp.ok
+    assert exp.max_abs > 1e-5 * float(np.exp(4.0))  # over the bound of its own scale
+    bad = compare_layerwise(_mul_exp(), _mul_exp(wrong=1.001), feeds)
+    assert not bad.passed and bad.first_divergence.name == "y"
+
+
 def test_a_tensor_is_measured_against_its_operands_scale():
     """Sigmoid(m): m's error of 1.5e-6 of its scale (40) becomes 1.5e-5 of Sigmoid's own
     scale (~1) where the curve is steepest; rounding in a node is relative to its

@@ -192,6 +192,18 @@ class Tally:
             self.oks[sample] = True
             self.errors[sample] = _safe_div(self.abs_errors[sample], scale)
 
+    def allow(self, sample: int, extra: float) -> None:
+        """Accept the sample when its error is within the bound plus `extra`: what its
+        node's operands' measured error grows to through the node, by a bound of that
+        op's own (`check.layerwise`: an Exp's). Only a scale-relative bound widens."""
+        tol = self.tolerance
+        if tol is None or tol.scale <= 0 or self.oks.get(sample, True) or self.why:
+            return
+        scale = self.scales[sample]
+        if self.abs_errors[sample] <= tol.allowed(scale) + extra:
+            self.oks[sample] = True
+            self.errors[sample] = _safe_div(self.abs_errors[sample], scale)
+
     @property
     def compared(self) -> bool:
         return not self.why and bool(self.errors)
