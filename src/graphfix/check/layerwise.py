@@ -50,6 +50,7 @@ from graphfix.check._inline import (
 )
 from graphfix.check._origins import ERROR_FLOOR, MIN_AMPLIFICATION, Origin, find_origins
 from graphfix.check._runs import Plan, SessionCache, plan_group, run_plan
+from graphfix.check._ties import tainted, tie_flips
 from graphfix.check.status import TensorStatus
 from graphfix.errors import GraphfixError
 from graphfix.graph.protos import graph_protos, walk_protos
@@ -261,6 +262,7 @@ def compare_layerwise(
     if mode == "strict":
         _widen_by_operands(tallies, producers)
     results = _results(reference, plans, tallies, producers, _quantized(candidate))
+    unjudged = _not_judged(reference, results, tallies, producers) if mode == "strict" else 0
     first = next((t for t in results if t.ok is False), None)
     origins = find_origins(results, tallies, producers, min_amplification)
     outputs = {t.name: t for t in results}
@@ -272,6 +274,11 @@ def compare_layerwise(
                      "(docs/references.md): " + "; ".join(stand_ins))
     if engine is not None:
         notes[:0] = [n for n in engine.notes if n not in notes]
+    if unjudged:
+        notes.append(f"{unjudged} tensor(s) not judged: they follow a selection that chose "
+                     "differently among values tied to within rounding (status "
+                     f"'{TensorStatus.ILL_CONDITIONED.value}'); pass --data with real inputs "
+                     "to judge them")
     if first is not None and not origins:
         notes.append(f"no node amplifies the error {min_amplification:g}x or more: it grows "
                      "gradually; start at the first divergence, "
@@ -320,6 +327,28 @@ def _widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Produc
             if producer.op == "Exp" and operands and sample in operands[0].abs_errors:
                 d = operands[0].abs_errors[sample]
                 tally.allow(sample, tally.scales[sample] * d * math.exp(min(d, 50.0)))
+
+
+def _not_judged(reference: onnx.ModelProto, results: list[TensorResult],
+                tallies: Mapping[str, Tally], producers: Mapping[str, Producer]) -> int:
+    """Mark failing tensors that fail only on samples where they follow a TopK's choice
+    among near-ties (`check._ties`) ill-conditioned, not judged; returns how many."""
+    flips = tie_flips(reference, tallies, producers)
+    if not flips:
+        return 0
+    follows = tainted(flips, topo_order(reference), producers)
+    count = 0
+    for result in results:
+        tally = tallies.get(result.name)
+        if result.ok is not False or tally is None:
+            continue
+        failing = [s for s, ok in tally.oks.items() if not ok]
+        why = follows.get(result.name, {})
+        if failing and all(s in why for s in failing):
+            result.ok = None
+            result.status, result.detail = TensorStatus.ILL_CONDITIONED, why[failing[0]]
+            count += 1
+    return count
 
 
 def _merged_producers(plans: Sequence[Plan]) -> dict[str, Producer]:

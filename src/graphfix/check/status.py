@@ -18,6 +18,7 @@ class TensorStatus(StrEnum):
     FUSED = "fused by TensorRT"  # the engine does not expose it
     NOT_DEBUG = "not a debug tensor of the engine"
     NOT_MARKED = "not marked in the engine (inside an If branch)"
+    ILL_CONDITIONED = "ill-conditioned on this sample"  # detail: the selection it follows
 
     def describe(self, detail: str = "") -> str:
         """The status in words: "merged by fold-bn", "not comparable (dtype differs)"."""

@@ -144,6 +144,9 @@ def _print(result, shown: int) -> None:
     if first is None:
         verdict = ("every compared tensor agrees" if result.mode == "strict" else
                    f"every compared tensor is at or above {result.sqnr_threshold:g} dB SQNR")
+        unjudged = sum(t.status is TensorStatus.ILL_CONDITIONED for t in result.tensors)
+        if unjudged:
+            verdict += f" ({unjudged} not judged: ill-conditioned on the samples, see the note)"
         console.print(f"check passed: {verdict}", style="bold green", markup=False)
     else:
         console.print(f"first divergence: {first.name} (from {first.node}), worst at sample "

@@ -1,0 +1,56 @@
+"""Selections among near-ties: tensors a layer-wise check does not judge on a sample.
+
+A TopK whose values agree on a sample while its indices differ chose among values tied
+to within rounding: both models computed a valid answer, and what is computed from the
+indices (Mask R-CNN's proposals, and everything after them) differs by whole boxes. On
+such a sample those tensors are not judged, and the report says which selection they
+follow and asks for real inputs (`--data`), as `graphfix run`'s per-pass check does for
+outputs its noise floor shows to be ill-conditioned (`runtime.outputs`). A TopK whose
+values differ is not a tie: it fails like any tensor, and so does everything after it.
+
+Only TopK has this witness (its values output); other selections (NonMaxSuppression,
+ArgMax, NonZero) output indices alone and are judged as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import onnx
+
+from graphfix.check._inline import Producer
+from graphfix.runtime.measure import Tally
+
+
+def tie_flips(reference: onnx.ModelProto, tallies: Mapping[str, Tally],
+              labels: Mapping[str, Producer]) -> dict[str, dict[int, str]]:
+    """TopK index outputs that differ on a sample where the values output agrees:
+    {indices tensor: {sample: why}} (main graph)."""
+    flips: dict[str, dict[int, str]] = {}
+    for node in reference.graph.node:
+        if node.op_type != "TopK" or node.domain not in ("", "ai.onnx") or len(node.output) < 2:
+            continue
+        values, indices = (tallies.get(name) for name in node.output[:2])
+        if values is None or indices is None or values.why or indices.why:
+            continue
+        label = labels[node.output[1]].label if node.output[1] in labels else node.name
+        for sample, ok in indices.oks.items():
+            if not ok and values.oks.get(sample) is True:
+                flips.setdefault(node.output[1], {})[sample] = (
+                    f"{label} chose among values tied to within rounding on sample {sample}")
+    return flips
+
+
+def tainted(flips: Mapping[str, Mapping[int, str]], order: Mapping[str, int],
+            producers: Mapping[str, Producer]) -> dict[str, dict[int, str]]:
+    """Every tensor computed from a flipped selection, per sample: {tensor: {sample: the
+    flip it follows}}, the flipped tensors included."""
+    out: dict[str, dict[int, str]] = {name: dict(samples) for name, samples in flips.items()}
+    for name in sorted(order, key=order.__getitem__):
+        producer = producers.get(name)
+        if producer is None:
+            continue
+        for source in producer.inputs:
+            for sample, why in out.get(source, {}).items():
+                out.setdefault(name, {}).setdefault(sample, why)
+    return out
