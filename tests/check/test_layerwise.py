@@ -323,6 +323,74 @@ def test_an_exp_may_grow_its_inputs_error_by_its_own_value():
     assert not bad.passed and bad.first_divergence.name == "y"
 
 
+def _mul_slice_unsqueeze(shift: float = 0.0, wrong: float = 0.0):
+    """m = x*40 (scale 40), t = its small part (scale 0.04), u = Unsqueeze(t); the
+    candidate adds `shift` to m, or `wrong` to u."""
+    nodes = [helper.make_node("Mul", ["x", "c"], ["m0"]),
+             helper.make_node("Add", ["m0", "d"], ["m"]),
+             helper.make_node("Slice", ["m", "starts", "ends"], ["t"]),
+             helper.make_node("Unsqueeze", ["t", "axes"], ["u" if not wrong else "u0"])]
+    inits = [numpy_helper.from_array(np.array(40.0, np.float32), "c"),
+             numpy_helper.from_array(np.array(shift, np.float32), "d"),
+             numpy_helper.from_array(np.array([1], np.int64), "starts"),
+             numpy_helper.from_array(np.array([8], np.int64), "ends"),
+             numpy_helper.from_array(np.array([0], np.int64), "axes")]
+    if wrong:
+        nodes.append(helper.make_node("Add", ["u0", "w"], ["u"]))
+        inits.append(numpy_helper.from_array(np.array(wrong, np.float32), "w"))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [8])],
+                              [helper.make_tensor_value_info("u", 1, [1, 7])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_a_copy_may_carry_the_error_its_input_passed_with():
+    """t passes at its operand's scale (40), though its own is 0.04; u is t unsqueezed,
+    the same values and the same error, so it passes too. A copy that changes the
+    values does not."""
+    feeds = [{"x": np.array([1.0, 1e-3, -1e-3, 0, 1e-3, 0, 0, 0], np.float32)}]
+    ok = compare_layerwise(_mul_slice_unsqueeze(), _mul_slice_unsqueeze(shift=6e-5), feeds)
+    assert ok.passed and ok.tensor("t").ok and ok.tensor("u").ok
+    assert ok.tensor("u").max_abs > 1e-5 * 0.04  # over the bound of its own scale
+    bad = compare_layerwise(_mul_slice_unsqueeze(),
+                            _mul_slice_unsqueeze(shift=6e-5, wrong=1e-3), feeds)
+    assert not bad.passed and bad.first_divergence.name == "u"
+
+
+def _difference(shift: float = 0.0, wrong: float = 0.0):
+    """t = the small part of x*40 (+ `shift` in the candidate: t's error, admitted at the
+    Mul's scale, is large for t's own), s = t - x's same part (+ `wrong`)."""
+    nodes = [helper.make_node("Mul", ["x", "c"], ["m0"]),
+             helper.make_node("Add", ["m0", "d"], ["m"]),
+             helper.make_node("Slice", ["m", "starts", "ends"], ["t"]),
+             helper.make_node("Slice", ["x", "starts", "ends"], ["r"]),
+             helper.make_node("Sub", ["t", "r"], ["s" if not wrong else "s0"])]
+    inits = [numpy_helper.from_array(np.array(40.0, np.float32), "c"),
+             numpy_helper.from_array(np.array(shift, np.float32), "d"),
+             numpy_helper.from_array(np.array([1], np.int64), "starts"),
+             numpy_helper.from_array(np.array([8], np.int64), "ends")]
+    if wrong:
+        nodes.append(helper.make_node("Add", ["s0", "w"], ["s"]))
+        inits.append(numpy_helper.from_array(np.array(wrong, np.float32), "w"))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [8])],
+                              [helper.make_tensor_value_info("s", 1, [7])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_a_difference_may_carry_the_sum_of_its_operands_errors():
+    """s = t - r: t's error (6e-5) is far over s's own bound and its operands' (both
+    about 0.04), but a difference's error is at most the sum of its operands'."""
+    feeds = [{"x": np.array([1.0, 1e-3, -1e-3, 0, 1e-3, 0, 0, 0], np.float32)}]
+    ok = compare_layerwise(_difference(), _difference(shift=6e-5), feeds)
+    assert ok.passed and ok.tensor("s").ok
+    assert ok.tensor("s").max_abs > 1e-5 * 0.04 * 10
+    bad = compare_layerwise(_difference(), _difference(shift=6e-5, wrong=1e-3), feeds)
+    assert not bad.passed and bad.first_divergence.name == "s"
+
+
 def test_a_tensor_is_measured_against_its_operands_scale():
     """Sigmoid(m): m's error of 1.5e-6 of its scale (40) becomes 1.5e-5 of Sigmoid's own
     scale (~1) where the curve is steepest; rounding in a node is relative to its

@@ -15,11 +15,16 @@ ArgMax, NonZero) output indices alone and are judged as before.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import onnx
 
-from graphfix.check._inline import Producer
+from graphfix.check._inline import Producer, topo_order
+from graphfix.check.status import TensorStatus
 from graphfix.runtime.measure import Tally
+
+if TYPE_CHECKING:
+    from graphfix.check.layerwise import TensorResult
 
 
 def tie_flips(reference: onnx.ModelProto, tallies: Mapping[str, Tally],
@@ -54,3 +59,25 @@ def tainted(flips: Mapping[str, Mapping[int, str]], order: Mapping[str, int],
             for sample, why in out.get(source, {}).items():
                 out.setdefault(name, {}).setdefault(sample, why)
     return out
+
+
+def mark_ill_conditioned(reference: onnx.ModelProto, results: list[TensorResult],
+                tallies: Mapping[str, Tally], producers: Mapping[str, Producer]) -> int:
+    """Mark failing tensors that fail only on samples where they follow a TopK's choice
+    among near-ties (this module's) ill-conditioned, not judged; returns how many."""
+    flips = tie_flips(reference, tallies, producers)
+    if not flips:
+        return 0
+    follows = tainted(flips, topo_order(reference), producers)
+    count = 0
+    for result in results:
+        tally = tallies.get(result.name)
+        if result.ok is not False or tally is None:
+            continue
+        failing = [s for s, ok in tally.oks.items() if not ok]
+        why = follows.get(result.name, {})
+        if failing and all(s in why for s in failing):
+            result.ok = None
+            result.status, result.detail = TensorStatus.ILL_CONDITIONED, why[failing[0]]
+            count += 1
+    return count

@@ -50,7 +50,8 @@ from graphfix.check._inline import (
 )
 from graphfix.check._origins import ERROR_FLOOR, MIN_AMPLIFICATION, Origin, find_origins
 from graphfix.check._runs import Plan, SessionCache, plan_group, run_plan
-from graphfix.check._ties import tainted, tie_flips
+from graphfix.check._ties import mark_ill_conditioned
+from graphfix.check._widen import widen_by_operands
 from graphfix.check.status import TensorStatus
 from graphfix.errors import GraphfixError
 from graphfix.graph.protos import graph_protos, walk_protos
@@ -260,9 +261,10 @@ def compare_layerwise(
         done += len(plan.chunks)
     producers = _merged_producers(plans)
     if mode == "strict":
-        _widen_by_operands(tallies, producers)
+        widen_by_operands(tallies, producers)
     results = _results(reference, plans, tallies, producers, _quantized(candidate))
-    unjudged = _not_judged(reference, results, tallies, producers) if mode == "strict" else 0
+    unjudged = (mark_ill_conditioned(reference, results, tallies, producers)
+                if mode == "strict" else 0)
     first = next((t for t in results if t.ok is False), None)
     origins = find_origins(results, tallies, producers, min_amplification)
     outputs = {t.name: t for t in results}
@@ -304,51 +306,6 @@ def _exclude_names(report: LayerwiseReport, candidate: onnx.ModelProto,
     tensors += [t for t in report.sensitivity(len(report.tensors)) if t.ok is False]
     names = [producers.get(t.candidate or t.name) for t in tensors]
     return list(dict.fromkeys(n for n in names if n))[:top]
-
-
-def _widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Producer]) -> None:
-    """Strict mode: a tensor that fails its own scale-relative bound is measured against
-    its operands' scale (`Tally.widen`), in topological order. Graph outputs get the same;
-    the per-pass check instead widens outputs by the model's noise floor.
-
-    An Exp is then allowed what its operand's measured error d grows to through it:
-    |exp(x + d) - exp(x)| <= exp(x) |d| e^|d|, so max|y| d e^d on top of its own
-    rounding. A rewrite that only rounds differently upstream makes an Exp of inputs
-    around 4 differ by 4.6e-5 of its scale (Mask R-CNN's box decoding), which no
-    scale-relative bound admits; an Exp computed wrongly still fails."""
-    for name, tally in tallies.items():
-        producer = producers.get(name)
-        if producer is None or tally.ok:
-            continue
-        operands = [tallies[i] for i in producer.inputs if i in tallies and i != name]
-        for sample in [s for s, ok in tally.oks.items() if not ok]:
-            scale = max((o.scales.get(sample, 0.0) for o in operands), default=0.0)
-            tally.widen(sample, scale)
-            if producer.op == "Exp" and operands and sample in operands[0].abs_errors:
-                d = operands[0].abs_errors[sample]
-                tally.allow(sample, tally.scales[sample] * d * math.exp(min(d, 50.0)))
-
-
-def _not_judged(reference: onnx.ModelProto, results: list[TensorResult],
-                tallies: Mapping[str, Tally], producers: Mapping[str, Producer]) -> int:
-    """Mark failing tensors that fail only on samples where they follow a TopK's choice
-    among near-ties (`check._ties`) ill-conditioned, not judged; returns how many."""
-    flips = tie_flips(reference, tallies, producers)
-    if not flips:
-        return 0
-    follows = tainted(flips, topo_order(reference), producers)
-    count = 0
-    for result in results:
-        tally = tallies.get(result.name)
-        if result.ok is not False or tally is None:
-            continue
-        failing = [s for s, ok in tally.oks.items() if not ok]
-        why = follows.get(result.name, {})
-        if failing and all(s in why for s in failing):
-            result.ok = None
-            result.status, result.detail = TensorStatus.ILL_CONDITIONED, why[failing[0]]
-            count += 1
-    return count
 
 
 def _merged_producers(plans: Sequence[Plan]) -> dict[str, Producer]:

@@ -1,0 +1,96 @@
+"""Strict mode: what a tensor that fails its own scale-relative bound is still allowed,
+from its operands' measured errors and what its op does with them (`widen_by_operands`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from graphfix.check._inline import Producer
+from graphfix.runtime.measure import Tally
+
+
+def widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Producer]) -> None:
+    """Strict mode: a tensor that fails its own scale-relative bound is measured against
+    its operands' scale (`Tally.widen`), in topological order. Graph outputs get the same;
+    the per-pass check instead widens outputs by the model's noise floor.
+
+    An Exp is then allowed what its operand's measured error d grows to through it:
+    |exp(x + d) - exp(x)| <= exp(x) |d| e^|d|, so max|y| d e^d on top of its own
+    rounding. A rewrite that only rounds differently upstream makes an Exp of inputs
+    around 4 differ by 4.6e-5 of its scale (Mask R-CNN's box decoding), which no
+    scale-relative bound admits; an Exp computed wrongly still fails.
+
+    An op whose every output element is an input element, or moves no further from it
+    than its inputs do (`_COPIES`: Reshape, Gather, Concat, Max, Relu, ...), is allowed
+    the largest error of its data inputs where those agree on the sample (and its
+    compared index inputs too): Keypoint R-CNN's Unsqueeze of a Min failed at the error
+    its Min passed with, measured against the Max under it.
+
+    Add and Sub are allowed the sum of their operands' errors, Mul |a| db + |b| da +
+    da db (maxima over the sample), where both operands are compared and agree: a
+    difference of two box corners (a width) cancels most of its scale, not its error."""
+    for name, tally in tallies.items():
+        producer = producers.get(name)
+        if producer is None or tally.ok:
+            continue
+        operands = [tallies[i] for i in producer.inputs if i in tallies and i != name]
+        for sample in [s for s, ok in tally.oks.items() if not ok]:
+            scale = max((o.scales.get(sample, 0.0) for o in operands), default=0.0)
+            tally.widen(sample, scale)
+            if producer.op == "Exp" and operands and sample in operands[0].abs_errors:
+                d = operands[0].abs_errors[sample]
+                tally.allow(sample, tally.scales[sample] * d * math.exp(min(d, 50.0)))
+            elif producer.op in _COPIES:
+                carried = _carried_error(producer, tallies, sample)
+                if carried is not None:
+                    tally.allow(sample, carried)
+            elif producer.op in ("Add", "Sub", "Mul"):
+                grown = _grown_error(producer, tallies, sample)
+                if grown is not None:
+                    tally.allow(sample, grown)
+
+
+_COPIES = {op: 1 for op in (
+    "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Slice",
+    "Gather", "GatherElements", "GatherND", "Split", "Expand", "Tile", "DepthToSpace",
+    "SpaceToDepth", "Relu", "Neg", "Abs", "Clip", "MaxPool", "ReduceMax", "ReduceMin")}
+_COPIES.update({"Concat": 0, "Max": 0, "Min": 0})
+"""Ops whose output error is at most their data inputs' (copies, selections, and
+1-Lipschitz maps): how many leading inputs are data (0: all); the rest are indices,
+shapes or bounds."""
+
+
+def _carried_error(producer: Producer, tallies: Mapping[str, Tally], sample: int
+                   ) -> float | None:
+    """The largest error of the producer's data inputs on the sample, when every one is
+    compared and agrees there, and so does every compared index input; else None."""
+    count = _COPIES[producer.op] or len(producer.inputs)
+    errors = []
+    for k, name in enumerate(producer.inputs):
+        tally = tallies.get(name)
+        if k < count:
+            if tally is None or tally.oks.get(sample) is not True:
+                return None
+            errors.append(tally.abs_errors.get(sample, 0.0))
+        elif tally is not None and tally.oks.get(sample) is False:
+            return None
+    return max(errors, default=None)
+
+
+def _grown_error(producer: Producer, tallies: Mapping[str, Tally], sample: int
+                 ) -> float | None:
+    """What Add, Sub or Mul make of their two operands' errors on the sample (bounds
+    exact to first order, the product term included), when both are compared and agree
+    there; else None."""
+    if len(producer.inputs) != 2:
+        return None
+    pair = [tallies.get(name) for name in producer.inputs]
+    if any(t is None or t.oks.get(sample) is not True for t in pair):
+        return None
+    (da, db), (sa, sb) = ([t.abs_errors[sample] for t in pair],
+                          [t.scales[sample] for t in pair])
+    if producer.op == "Mul":
+        return sa * db + sb * da + da * db
+    return da + db
