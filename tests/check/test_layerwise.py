@@ -276,38 +276,43 @@ def test_json_report_is_strict_json():
     assert len(data["tensors"]) == 13 and data["mode"] == "strict"
 
 
-def _mul_sigmoid(shift: float | None):
-    """x*c -> Sigmoid, x with one large element (the Mul output's scale is 40) and the
-    rest near 0, where Sigmoid is steepest; with `shift`, the candidate adds it to m."""
-    nodes = [helper.make_node("Mul", ["x", "c"], ["m0" if shift is not None else "m"]),
-             helper.make_node("Sigmoid", ["m"], ["y"])]
-    inits = [numpy_helper.from_array(np.array(40.0, np.float32), "c")]
-    if shift is not None:
-        nodes.insert(1, helper.make_node("Add", ["m0", "d"], ["m"]))
-        inits.append(numpy_helper.from_array(np.array(shift, np.float32), "d"))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [1, 8])],
-                              [helper.make_tensor_value_info("y", 1, [1, 8])], inits)
+def _tiny(nodes, inits, x_shape, y: str, y_shape) -> onnx.ModelProto:
+    """A model of `nodes` from float input x to float output `y`, opset 17."""
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, x_shape)],
+                              [helper.make_tensor_value_info(y, 1, y_shape)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
+
+
+def _times_40(shift: float) -> tuple[list, list]:
+    """m = x * 40 + shift: the nodes and initializers (a shift is the candidate's
+    rounding upstream)."""
+    return ([helper.make_node("Mul", ["x", "c"], ["m0"]),
+             helper.make_node("Add", ["m0", "d"], ["m"])],
+            [numpy_helper.from_array(np.array(40.0, np.float32), "c"),
+             numpy_helper.from_array(np.array(shift, np.float32), "d")])
+
+
+def _mul_sigmoid(shift: float | None):
+    """x*c -> Sigmoid, x with one large element (the Mul output's scale is 40) and the
+    rest near 0, where Sigmoid is steepest; with `shift`, the candidate adds it to m."""
+    nodes, inits = _times_40(shift or 0.0)
+    if shift is None:
+        nodes, inits = [helper.make_node("Mul", ["x", "c"], ["m"])], inits[:1]
+    return _tiny(nodes + [helper.make_node("Sigmoid", ["m"], ["y"])], inits, [1, 8],
+                 "y", [1, 8])
 
 
 def _mul_exp(shift: float = 0.0, wrong: float = 1.0):
     """x*40 -> Exp (inputs around 4: Mask R-CNN's box decoding); the candidate adds
     `shift` to the Exp's input (rounding upstream), or scales its output by `wrong`."""
-    nodes = [helper.make_node("Mul", ["x", "c"], ["m0"]),
-             helper.make_node("Add", ["m0", "d"], ["m"]),
-             helper.make_node("Exp", ["m"], ["e" if wrong != 1.0 else "y"])]
-    inits = [numpy_helper.from_array(np.array(40.0, np.float32), "c"),
-             numpy_helper.from_array(np.array(shift, np.float32), "d")]
+    nodes, inits = _times_40(shift)
+    nodes.append(helper.make_node("Exp", ["m"], ["e" if wrong != 1.0 else "y"]))
     if wrong != 1.0:
         nodes.append(helper.make_node("Mul", ["e", "k"], ["y"]))
         inits.append(numpy_helper.from_array(np.array(wrong, np.float32), "k"))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [1, 8])],
-                              [helper.make_tensor_value_info("y", 1, [1, 8])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return _tiny(nodes, inits, [1, 8], "y", [1, 8])
 
 
 def test_an_exp_may_grow_its_inputs_error_by_its_own_value():
@@ -326,23 +331,16 @@ def test_an_exp_may_grow_its_inputs_error_by_its_own_value():
 def _mul_slice_unsqueeze(shift: float = 0.0, wrong: float = 0.0):
     """m = x*40 (scale 40), t = its small part (scale 0.04), u = Unsqueeze(t); the
     candidate adds `shift` to m, or `wrong` to u."""
-    nodes = [helper.make_node("Mul", ["x", "c"], ["m0"]),
-             helper.make_node("Add", ["m0", "d"], ["m"]),
-             helper.make_node("Slice", ["m", "starts", "ends"], ["t"]),
-             helper.make_node("Unsqueeze", ["t", "axes"], ["u" if not wrong else "u0"])]
-    inits = [numpy_helper.from_array(np.array(40.0, np.float32), "c"),
-             numpy_helper.from_array(np.array(shift, np.float32), "d"),
-             numpy_helper.from_array(np.array([1], np.int64), "starts"),
-             numpy_helper.from_array(np.array([8], np.int64), "ends"),
-             numpy_helper.from_array(np.array([0], np.int64), "axes")]
+    nodes, inits = _times_40(shift)
+    nodes += [helper.make_node("Slice", ["m", "starts", "ends"], ["t"]),
+              helper.make_node("Unsqueeze", ["t", "axes"], ["u" if not wrong else "u0"])]
+    inits += [numpy_helper.from_array(np.array([1], np.int64), "starts"),
+              numpy_helper.from_array(np.array([8], np.int64), "ends"),
+              numpy_helper.from_array(np.array([0], np.int64), "axes")]
     if wrong:
         nodes.append(helper.make_node("Add", ["u0", "w"], ["u"]))
         inits.append(numpy_helper.from_array(np.array(wrong, np.float32), "w"))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [8])],
-                              [helper.make_tensor_value_info("u", 1, [1, 7])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return _tiny(nodes, inits, [8], "u", [1, 7])
 
 
 def test_a_copy_may_carry_the_error_its_input_passed_with():
@@ -361,23 +359,16 @@ def test_a_copy_may_carry_the_error_its_input_passed_with():
 def _difference(shift: float = 0.0, wrong: float = 0.0):
     """t = the small part of x*40 (+ `shift` in the candidate: t's error, admitted at the
     Mul's scale, is large for t's own), s = t - x's same part (+ `wrong`)."""
-    nodes = [helper.make_node("Mul", ["x", "c"], ["m0"]),
-             helper.make_node("Add", ["m0", "d"], ["m"]),
-             helper.make_node("Slice", ["m", "starts", "ends"], ["t"]),
-             helper.make_node("Slice", ["x", "starts", "ends"], ["r"]),
-             helper.make_node("Sub", ["t", "r"], ["s" if not wrong else "s0"])]
-    inits = [numpy_helper.from_array(np.array(40.0, np.float32), "c"),
-             numpy_helper.from_array(np.array(shift, np.float32), "d"),
-             numpy_helper.from_array(np.array([1], np.int64), "starts"),
-             numpy_helper.from_array(np.array([8], np.int64), "ends")]
+    nodes, inits = _times_40(shift)
+    nodes += [helper.make_node("Slice", ["m", "starts", "ends"], ["t"]),
+              helper.make_node("Slice", ["x", "starts", "ends"], ["r"]),
+              helper.make_node("Sub", ["t", "r"], ["s" if not wrong else "s0"])]
+    inits += [numpy_helper.from_array(np.array([1], np.int64), "starts"),
+              numpy_helper.from_array(np.array([8], np.int64), "ends")]
     if wrong:
         nodes.append(helper.make_node("Add", ["s0", "w"], ["s"]))
         inits.append(numpy_helper.from_array(np.array(wrong, np.float32), "w"))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [8])],
-                              [helper.make_tensor_value_info("s", 1, [7])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return _tiny(nodes, inits, [8], "s", [7])
 
 
 def test_a_difference_may_carry_the_sum_of_its_operands_errors():
