@@ -382,6 +382,34 @@ def test_a_difference_may_carry_the_sum_of_its_operands_errors():
     assert not bad.passed and bad.first_divergence.name == "s"
 
 
+def _product(shift: float = 0.0, wrong: float = 0.0):
+    """t = the small part of x*40 (+ `shift`: an error large for t's own scale),
+    r = the same part of x*1000 (exact), p = t * r (+ `wrong`)."""
+    nodes, inits = _times_40(shift)
+    nodes += [helper.make_node("Slice", ["m", "starts", "ends"], ["t"]),
+              helper.make_node("Mul", ["x", "big"], ["xb"]),
+              helper.make_node("Slice", ["xb", "starts", "ends"], ["r"]),
+              helper.make_node("Mul", ["t", "r"], ["p" if not wrong else "p0"])]
+    inits += [numpy_helper.from_array(np.array([1], np.int64), "starts"),
+              numpy_helper.from_array(np.array([8], np.int64), "ends"),
+              numpy_helper.from_array(np.array(1000.0, np.float32), "big")]
+    if wrong:
+        nodes.append(helper.make_node("Add", ["p0", "w"], ["p"]))
+        inits.append(numpy_helper.from_array(np.array(wrong, np.float32), "w"))
+    return _tiny(nodes, inits, [8], "p", [7])
+
+
+def test_a_product_may_carry_what_its_operands_errors_make():
+    """p = t * r: t's error (6e-5) times max|r| (1) is over p's bound at its operands'
+    scale (1e-5 of 1), and within |t| dr + |r| dt + dt dr."""
+    feeds = [{"x": np.array([1.0, 1e-3, -1e-3, 0, 1e-3, 0, 0, 0], np.float32)}]
+    ok = compare_layerwise(_product(), _product(shift=6e-5), feeds)
+    assert ok.passed and ok.tensor("p").ok
+    assert ok.tensor("p").max_abs > 1e-5
+    bad = compare_layerwise(_product(), _product(shift=6e-5, wrong=1e-3), feeds)
+    assert not bad.passed and bad.first_divergence.name == "p"
+
+
 def test_a_tensor_is_measured_against_its_operands_scale():
     """Sigmoid(m): m's error of 1.5e-6 of its scale (40) becomes 1.5e-5 of Sigmoid's own
     scale (~1) where the curve is steepest; rounding in a node is relative to its
