@@ -184,22 +184,21 @@ class Tally:
         (the largest scale among the tensors its node computes it from): rounding in a
         node is relative to its operands, so Sigmoid(x) with |x| up to 40 carries error
         relative to 40, not to its own 1. Only a scale-relative bound widens."""
-        tol = self.tolerance
-        if tol is None or tol.scale <= 0 or self.oks.get(sample, True) or self.why:
-            return
-        scale = max(self.scales[sample], operand_scale)
-        if self.abs_errors[sample] <= tol.allowed(scale):
-            self.oks[sample] = True
-            self.errors[sample] = _safe_div(self.abs_errors[sample], scale)
+        self._accept(sample, operand_scale, 0.0)
 
     def allow(self, sample: int, extra: float) -> None:
         """Accept the sample when its error is within the bound plus `extra`: what its
         node's operands' measured error grows to through the node, by a bound of that
-        op's own (`check.layerwise`: an Exp's). Only a scale-relative bound widens."""
+        op's own (`check._widen`). Only a scale-relative bound widens."""
+        self._accept(sample, 0.0, extra)
+
+    def _accept(self, sample: int, operand_scale: float, extra: float) -> None:
+        """A failing sample passes when its error is within the bound at the larger of
+        its scale and `operand_scale`, plus `extra`."""
         tol = self.tolerance
         if tol is None or tol.scale <= 0 or self.oks.get(sample, True) or self.why:
             return
-        scale = self.scales[sample]
+        scale = max(self.scales[sample], operand_scale)
         if self.abs_errors[sample] <= tol.allowed(scale) + extra:
             self.oks[sample] = True
             self.errors[sample] = _safe_div(self.abs_errors[sample], scale)
