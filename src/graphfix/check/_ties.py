@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 def tie_flips(reference: onnx.ModelProto, tallies: Mapping[str, Tally],
-              labels: Mapping[str, Producer]) -> dict[str, dict[int, str]]:
+              producers: Mapping[str, Producer]) -> dict[str, dict[int, str]]:
     """TopK index outputs that differ on a sample where the values output agrees:
     {indices tensor: {sample: why}} (main graph)."""
     flips: dict[str, dict[int, str]] = {}
@@ -38,7 +38,8 @@ def tie_flips(reference: onnx.ModelProto, tallies: Mapping[str, Tally],
         values, indices = (tallies.get(name) for name in node.output[:2])
         if values is None or indices is None or values.why or indices.why:
             continue
-        label = labels[node.output[1]].label if node.output[1] in labels else node.name
+        producer = producers.get(node.output[1])
+        label = producer.label if producer else node.name
         for sample, ok in indices.oks.items():
             if not ok and values.oks.get(sample) is True:
                 flips.setdefault(node.output[1], {})[sample] = (
@@ -62,9 +63,11 @@ def tainted(flips: Mapping[str, Mapping[int, str]], order: Mapping[str, int],
 
 
 def mark_ill_conditioned(reference: onnx.ModelProto, results: list[TensorResult],
-                tallies: Mapping[str, Tally], producers: Mapping[str, Producer]) -> int:
-    """Mark failing tensors that fail only on samples where they follow a TopK's choice
-    among near-ties (this module's) ill-conditioned, not judged; returns how many."""
+                         tallies: Mapping[str, Tally], producers: Mapping[str, Producer]
+                         ) -> int:
+    """Mark the failing tensors that fail only on samples where they follow a TopK's
+    choice among near-ties (module docstring) ill-conditioned, not judged; returns how
+    many."""
     flips = tie_flips(reference, tallies, producers)
     if not flips:
         return 0
