@@ -9,7 +9,6 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper
-from onnx_graphsurgeon.logger import G_LOGGER
 
 from graphfix.graph.convert import export
 from graphfix.graph.protos import graph_protos
@@ -38,8 +37,7 @@ def infer_shapes(graph: gs.Graph, clear: bool = False, symbolic: bool = False) -
     if clear:
         for t in _inner_variables(graph):
             t.shape = None
-    with G_LOGGER.suppress():
-        model = export(graph)
+    model = export(graph)
     inferred = onnx.shape_inference.infer_shapes(skeleton(model), data_prop=True)
     updated = apply_inferred(graph, inferred)
     if symbolic and not any(graph.subgraphs()) and reads_unnamed_dims(graph):
@@ -78,10 +76,9 @@ def unnamed_dims_may_be_static(graph: gs.Graph, sizes: dict[str, tuple[int, ...]
         return False
     if not any(dynamic.values()):
         return True
-    with G_LOGGER.suppress():
-        model = skeleton(export(graph))
+    model = skeleton(export(graph))
     del model.graph.value_info[:]
-    at = [_concrete_dims(model, graph, dynamic, sizes, scale) for scale in (1, 2)]
+    at = [_concrete_dims(model, dynamic, sizes, scale) for scale in (1, 2)]
     for name, positions in readers:
         if positions is None:  # unknown rank
             return True
@@ -113,7 +110,7 @@ def _unnamed_readers(graph: gs.Graph) -> list[tuple[str, list[int] | None]]:
     return out
 
 
-def _concrete_dims(model: onnx.ModelProto, graph: gs.Graph, dynamic: dict[str, list[int]],
+def _concrete_dims(model: onnx.ModelProto, dynamic: dict[str, list[int]],
                    sizes: dict[str, tuple[int, ...]], scale: int) -> dict[str, list]:
     """Every tensor's dims (None: unknown) by ONNX's inference with the dynamic input
     dims set to `sizes` times `scale`."""

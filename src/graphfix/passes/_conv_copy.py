@@ -52,7 +52,6 @@ from enum import Enum
 
 import onnx
 import onnx_graphsurgeon as gs
-from onnx_graphsurgeon.logger import G_LOGGER
 
 from graphfix.graph import (
     constant_value,
@@ -286,8 +285,7 @@ def _infer(graph: gs.Graph, input_shapes: dict[str, tuple[int, ...]]) -> dict[st
 
     Nodes a pass has disconnected (no outputs) are left out of the export: inference
     rejects a node without its inputs."""
-    with G_LOGGER.suppress():
-        model = export(graph)
+    model = export(graph)
     for g in graph_protos(model.graph):
         live = [n for n in g.node if n.output]
         del g.node[:]

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import onnx_graphsurgeon as gs
-from onnx_graphsurgeon.logger import G_LOGGER
 
 from graphfix.graph.convert import export
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
@@ -42,8 +41,7 @@ class DetectUnsupported(Pass):
 
         target = parse_target(self.options.trt) if self.options.trt else (
             ctx.trt or parse_target(None))
-        with G_LOGGER.suppress():
-            model = export(graph)
+        model = export(graph)
         diagnosis = diagnose(model, target)
         result = PassResult(changed=False)
         infos = 0

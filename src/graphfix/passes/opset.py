@@ -34,7 +34,6 @@ from dataclasses import dataclass
 import onnx
 import onnx_graphsurgeon as gs
 from onnx import version_converter
-from onnx_graphsurgeon.logger import G_LOGGER
 
 from graphfix.errors import GraphfixError
 from graphfix.graph import all_graphs, is_onnx, node_label, opset_of, replace_in, to_graph
@@ -118,8 +117,7 @@ def _export(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, gs.Constant]]:
     inputs; the converter never reads weights of that size (its adapters read
     small constant inputs such as axes, splits and scales).
     """
-    with G_LOGGER.suppress():
-        model = export(graph)
+    model = export(graph)
     light = skeleton(model)
     listed = {vi.name for vi in model.graph.input}
     moved = {vi.name for vi in light.graph.input} - listed
