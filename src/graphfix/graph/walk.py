@@ -18,14 +18,18 @@ def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
     """
     yield graph
     for node in graph.nodes:
-        if not node.attrs:
-            continue
-        for value in node.attrs.values():
-            if isinstance(value, gs.Graph):
-                yield from all_graphs(value)
-            elif isinstance(value, list) and value and isinstance(value[0], gs.Graph):
-                for sub in value:
-                    yield from all_graphs(sub)
+        if node.attrs:
+            for sub in _bodies(node):
+                yield from all_graphs(sub)
+
+
+def _bodies(node: gs.Node) -> Iterator[gs.Graph]:
+    """The node's graph-valued attributes (If branches, Loop and Scan bodies)."""
+    for value in node.attrs.values():
+        if isinstance(value, gs.Graph):
+            yield value
+        elif isinstance(value, list) and value and isinstance(value[0], gs.Graph):
+            yield from value
 
 
 def names_in_use(graph: gs.Graph) -> set[str]:
@@ -94,11 +98,8 @@ def _sorted(g: gs.Graph) -> bool:
     seen: set[int] = set()
     for node in g.nodes:
         reads = list(node.inputs)
-        for attr in node.attrs.values() if node.attrs else ():
-            subs = attr if isinstance(attr, list) else [attr]
-            for sub in subs:
-                if isinstance(sub, gs.Graph):
-                    reads += foreign_tensors(sub)
+        for sub in _bodies(node) if node.attrs else ():
+            reads += foreign_tensors(sub)
         if any(id(t) in written and id(t) not in seen for t in reads):
             return False
         seen.update(id(t) for t in node.outputs)
