@@ -330,7 +330,6 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
              ran_before) -> PassRecord:
     t0 = time.perf_counter()
     nodes_before = count_nodes(state.graph)
-    before = state.current_fingerprint()
     record = PassRecord(index, spec, UNCHANGED, 0.0, nodes_before, nodes_before)
     version = state.version
     seen = state.unchanged_at.get(spec)
@@ -339,6 +338,7 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
         record.check = NOT_RERUN
         record.seconds = time.perf_counter() - t0
         return record
+    before = state.current_fingerprint()
     graph = state.graph
     try:
         result = pass_.run(graph, ctx)
