@@ -151,15 +151,23 @@ def to_array(tensor: TensorProto) -> np.ndarray:
     if not is_deferred(tensor):
         return numpy_helper.to_array(tensor)
     info = reference(tensor)
-    if tensor.data_type not in _PLAIN or tensor.HasField("segment"):
+    dtype = _raw_dtype(tensor)
+    if dtype is None:
         return numpy_helper.to_array(tensor, base_dir=info[BASE_KEY])
-    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).newbyteorder("<")
     count = math.prod(tensor.dims)
     with _open(tensor, info) as f:
         values = np.fromfile(f, dtype=dtype, count=count)
     if values.size != count:
         raise _short(tensor, info)
     return values.reshape(tuple(tensor.dims)).astype(dtype.newbyteorder("="), copy=False)
+
+
+def _raw_dtype(tensor: TensorProto) -> np.dtype | None:
+    """The little-endian numpy dtype of the tensor's raw data, where it is numpy's own
+    layout (`_PLAIN`, no segment); else None."""
+    if tensor.data_type not in _PLAIN or tensor.HasField("segment"):
+        return None
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).newbyteorder("<")
 
 
 def read_bytes(tensor: TensorProto) -> bytes:
@@ -254,14 +262,12 @@ def mapped(tensor: TensorProto) -> np.ndarray:
     is numpy's own and its offset suits the type's alignment, else read (`to_array`)."""
     info = reference(tensor)
     offset = int(info.get("offset", "0"))
-    if tensor.data_type not in _PLAIN or tensor.HasField("segment"):
+    dtype = _raw_dtype(tensor)
+    if (dtype is None or offset % dtype.alignment or not dtype.isnative
+            or math.prod(tensor.dims) == 0):
         return to_array(tensor)
-    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).newbyteorder("<")
-    if offset % dtype.alignment or not dtype.isnative or math.prod(tensor.dims) == 0:
-        return to_array(tensor)
-    path = os.path.join(info[BASE_KEY], info.get("location", ""))
     try:
-        return np.memmap(path, dtype=dtype, mode="r", offset=offset,
+        return np.memmap(_path(info), dtype=dtype, mode="r", offset=offset,
                          shape=tuple(tensor.dims))
     except (OSError, ValueError):  # a file shorter than the reference: read says why
         return to_array(tensor)
@@ -345,7 +351,7 @@ def short_read(tensor: TensorProto) -> GraphfixError:
 def _open(tensor: TensorProto, info: dict[str, str]):
     """The tensor's file, open at its offset. `io.load` checked the reference (relative,
     inside the model's directory, no links, long enough) when it deferred the tensor."""
-    path = os.path.join(info[BASE_KEY], info.get("location", ""))
+    path = _path(info)
     try:
         f = open(path, "rb")  # noqa: SIM115 - returned to a with block
     except OSError as e:
@@ -357,8 +363,13 @@ def _open(tensor: TensorProto, info: dict[str, str]):
     return f
 
 
+def _path(info: dict[str, str]) -> str:
+    """The file a deferred tensor's reference names."""
+    return os.path.join(info[BASE_KEY], info.get("location", ""))
+
+
 def _short(tensor: TensorProto, info: dict[str, str]) -> GraphfixError:
-    path = os.path.join(info[BASE_KEY], info.get("location", ""))
+    path = _path(info)
     return GraphfixError(f"Cannot read the weights of tensor '{tensor.name}'",
                          f"its external data file '{path}' became shorter after the model "
                          "was loaded", "keep the model's data file in place, unchanged, "
