@@ -151,3 +151,23 @@ def test_a_weight_at_an_unaligned_offset_is_read_not_mapped(tmp_path):
     tensor.external_data[1].value = "0"
     (tmp_path / "d.bin").write_bytes(data.tobytes())
     assert isinstance(weights.mapped(tensor), np.memmap)
+
+
+def test_a_model_whose_only_deferred_weight_is_an_attribute_runs(tmp_path):
+    """A pass may move a weight into a Constant node; with no deferred initializer left,
+    there is no directory to give onnxruntime (max() of nothing raised ValueError)."""
+    from graphfix.runtime.session import make_session
+
+    values = np.arange(2000, dtype=np.float32)
+    (tmp_path / "w.bin").write_bytes(values.tobytes())
+    tensor = numpy_helper.from_array(values, "c")
+    tensor.ClearField("raw_data")
+    weights.defer_in_file(tensor, str(tmp_path / "w.bin"), 0, values.nbytes)
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=tensor),
+         helper.make_node("Neg", ["c"], ["y"])], "g", [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2000])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8)
+    np.testing.assert_array_equal(make_session(model).run(None, {})[0], -values)
+    assert weights.deferred(model)  # the caller's model keeps its reference

@@ -240,16 +240,18 @@ def session_bytes(model: onnx.ModelProto, options) -> tuple[bytes | None, list]:
             if not any(tensor is t for t in copy.graph.initializer):
                 _read_into(tensor)
         model, main = copy, [t for t in copy.graph.initializer if is_deferred(t)]
+    bases = [reference(t)[BASE_KEY] for t in main]
     by_dir: dict[str, int] = {}
-    for t in main:
-        base = reference(t)[BASE_KEY]
+    for t, base in zip(main, bases, strict=True):
         by_dir[base] = by_dir.get(base, 0) + int(reference(t).get("length", "0"))
-    folder = max(by_dir, key=by_dir.__getitem__)
-    options.add_session_config_entry(_ORT_FOLDER, folder)
-    others = [t for t in main if reference(t)[BASE_KEY] != folder]
-    values = [ort.OrtValue.ortvalue_from_numpy(mapped(t)) for t in others]
-    if others:
-        options.add_external_initializers([t.name for t in others], values)
+    values = []
+    if by_dir:  # none when every deferred tensor was an attribute's, read above
+        folder = max(by_dir, key=by_dir.__getitem__)
+        options.add_session_config_entry(_ORT_FOLDER, folder)
+        others = [t for t, base in zip(main, bases, strict=True) if base != folder]
+        values = [ort.OrtValue.ortvalue_from_numpy(mapped(t)) for t in others]
+        if others:
+            options.add_external_initializers([t.name for t in others], values)
     with _without_dirs(main):
         try:
             return model.SerializeToString(), values
