@@ -37,7 +37,7 @@ def export_model(graph: gs.Graph) -> onnx.ModelProto:
 
 def _fill(proto: onnx.GraphProto, graph: gs.Graph) -> None:
     for node in graph.nodes:
-        _fill_node(proto.node.add(), node)
+        fill_node(proto.node.add(), node)
     proto.name = graph.name
     proto.input.extend(OnnxExporter.export_value_info_proto(t, False) for t in graph.inputs)
     proto.output.extend(OnnxExporter.export_value_info_proto(t, False) for t in graph.outputs)
@@ -56,7 +56,7 @@ def _fill(proto: onnx.GraphProto, graph: gs.Graph) -> None:
         proto.doc_string = graph.doc_string
 
 
-def _fill_node(proto: onnx.NodeProto, node: gs.Node) -> None:
+def fill_node(proto: onnx.NodeProto, node: gs.Node) -> None:
     """As `helper.make_node` + gs's `export_attributes`, bodies filled in place."""
     proto.op_type = node.op
     proto.input.extend(t.name for t in node.inputs)

@@ -31,6 +31,7 @@ from onnx import helper
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from graphfix.graph import all_graphs, is_graph_output
+from graphfix.graph.export import fill_node
 from graphfix.graph.rewire import constant_value
 from graphfix.graph.walk import foreign_tensors
 
@@ -218,16 +219,18 @@ def closure_model(nodes: list[gs.Node], outputs: list[gs.Tensor], top: gs.Graph
         for t in node.inputs:
             if t.name and id(t) not in inside and t.name not in initializers:
                 initializers[t.name] = OnnxExporter.export_tensor_proto(t)
-    body = helper.make_graph(
-        [OnnxExporter.export_node(n) for n in nodes], "fold", [],
-        [helper.make_empty_tensor_value_info(t.name) for t in outputs],
-        initializer=list(initializers.values()))
-    opsets = [helper.make_opsetid(d.domain, d.version) for d in top.import_domains or ()] \
-        or [helper.make_opsetid("", top.opset)]
-    model = helper.make_model(body, opset_imports=opsets, functions=[
-        OnnxExporter.export_function(f) for f in top.functions])
-    if getattr(top, "ir_version", None):
-        model.ir_version = top.ir_version
+    model = onnx.ModelProto()  # filled in place, as graph.export does: no copies
+    body = model.graph
+    body.name = "fold"
+    for node in nodes:
+        fill_node(body.node.add(), node)
+    body.output.extend(helper.make_empty_tensor_value_info(t.name) for t in outputs)
+    body.initializer.extend(initializers.values())
+    model.opset_import.extend(
+        [helper.make_opsetid(d.domain, d.version) for d in top.import_domains or ()]
+        or [helper.make_opsetid("", top.opset)])
+    model.functions.extend(OnnxExporter.export_function(f) for f in top.functions)
+    model.ir_version = getattr(top, "ir_version", None) or onnx.IR_VERSION
     model.ir_version = compatible_ir_version(model)
     return model
 
