@@ -31,15 +31,28 @@ class Mutant:
     patch: Callable[[], contextlib.AbstractContextManager]
 
 
-def _first_only(wrong: Callable, right: Callable) -> Callable:
-    """A function that calls `wrong` the first time and `right` after."""
-    calls = {"n": 0}
+class _FirstOnly:
+    """Calls `wrong` the first time in each run of fold-bn and `right` after: a bug in the
+    pass's first rewrite, made again in every run as a real bug would be (the manager
+    runs the passes again when its batched check fails). Use inside `per_run()`."""
 
-    def call(*args, **kwargs):
-        calls["n"] += 1
-        return (wrong if calls["n"] == 1 else right)(*args, **kwargs)
+    def __init__(self, wrong: Callable, right: Callable) -> None:
+        self.wrong, self.right, self.calls = wrong, right, 0
 
-    return call
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return (self.wrong if self.calls == 1 else self.right)(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def per_run(self) -> Iterator[None]:
+        original = fold_bn.FoldBatchNorm.run
+
+        def run(pass_, graph, ctx):
+            self.calls = 0
+            return original(pass_, graph, ctx)
+
+        with mock.patch.object(fold_bn.FoldBatchNorm, "run", run):
+            yield
 
 
 @contextlib.contextmanager
@@ -75,7 +88,8 @@ def _bn_mean_sign_flipped() -> Iterator[None]:
         shift[0] += 2 * mean[0] * affine.scale[0]  # beta + mean * s instead of beta - mean * s
         return dataclasses.replace(affine, shift=shift)
 
-    with mock.patch.object(fold_bn, "_affine", _first_only(wrong, original)):
+    first = _FirstOnly(wrong, original)
+    with mock.patch.object(fold_bn, "_affine", first), first.per_run():
         yield
 
 
@@ -92,7 +106,8 @@ def _weight_scaled(factor: float) -> Callable[[], contextlib.AbstractContextMana
             weight[0] *= np.asarray(factor, weight.dtype)
             return dataclasses.replace(plan, weight=weight)
 
-        with mock.patch.dict(fold_bn._FOLDERS, {"Conv": _first_only(wrong, original)}):
+        first = _FirstOnly(wrong, original)
+        with mock.patch.dict(fold_bn._FOLDERS, {"Conv": first}), first.per_run():
             yield
 
     return patch
@@ -107,7 +122,8 @@ def _bias_twice() -> Iterator[None]:
         new[0] *= 2  # the folded bias counted twice on channel 0
         return new
 
-    with mock.patch.object(fold_bn, "_new_bias", _first_only(wrong, original)):
+    first = _FirstOnly(wrong, original)
+    with mock.patch.object(fold_bn, "_new_bias", first), first.per_run():
         yield
 
 

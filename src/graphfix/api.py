@@ -97,6 +97,7 @@ def run(
     external_data: bool | None = None,
     in_place: bool = False,
     keep_weights: bool = True,
+    check_each: bool = False,
 ) -> Result:
     """Run a pipeline of passes, verifying after each (see `graphfix.passes.manager`):
     `graphfix run` (docs/cli/run.md) is this function and printing.
@@ -106,7 +107,10 @@ def run(
     `graphfix.runtime.feeds`: `input_values` fixes inputs, {"sr": 16000}), or on the
     first sample of `data` (anything `graphfix calibrate --data` reads); dynamic dims
     come from the data, else `input_shapes`, else axis 0 = 1, else a GraphfixError says
-    what to pass. `providers`: onnxruntime's, "cuda,cpu" or a sequence
+    what to pass. The passes that change numbers are checked together, by one run of the
+    model at the end, and the run is repeated with a check after each when that fails
+    (`graphfix.passes.manager`); `check_each` checks after each pass from the start, so
+    that every record has its own error. `providers`: onnxruntime's, "cuda,cpu" or a sequence
     (`runtime.session.provider_names`).
     `trt` names the TensorRT version the model is prepared for ("8.6", "10", ...):
     passes that depend on it (detect-unsupported) read it from their context, and the
@@ -152,7 +156,8 @@ def run(
             on_pass_done = runfiles.dumper(out, dump_after, files, written, on_pass_done)
         prepared = _prepare(source, pipeline, check, input_shapes, data, input_values, seed,
                             providers, trt, plugin_rules)
-        result = _execute(prepared, max_rewrites, on_pass_start, on_pass_done, spill)
+        result = _execute(prepared, max_rewrites, on_pass_start, on_pass_done, spill,
+                          check_each)
         result.written = written
         _review(result, prepared, explain, name=str(out or path or "model"))
         result.report.input = FileRef(str(path)) if path else None
@@ -269,7 +274,8 @@ def _prepare(model: ModelLike, passes: str | Pipeline | None, check: bool,
 
 def _execute(prepared: _Prepared, max_rewrites: int | None,
              on_pass_start: Callable[[int, str], None] | None = None,
-             on_pass_done: PassCallback | None = None, spill=None) -> Result:
+             on_pass_done: PassCallback | None = None, spill=None,
+             check_each: bool = False) -> Result:
     source = prepared.source
     check = prepared.output_check
     ctx = PassContext(input_shapes=dict(prepared.shapes), trt=prepared.trt,
@@ -279,7 +285,7 @@ def _execute(prepared: _Prepared, max_rewrites: int | None,
         ctx.rewrites = RewriteBudget(max_rewrites)
     result_model, report = run_pipeline(
         source, prepared.pipeline, prepared.output_check, ctx, on_pass_start, on_pass_done,
-        spill)
+        spill, check_each)
     if result_model is not source and (report.renamed or report.removed):
         merged = provenance.compose(provenance.read(source), report.renamed, report.removed)
         provenance.attach(result_model, *merged)
@@ -318,6 +324,7 @@ def bisect(
         raise GraphfixError("--max-rewrites and --bisect were both given",
                             "bisect chooses the limit of each of its runs itself",
                             "give one of them")
+    run_options.pop("check_each", None)  # a rewrite budget checks after each pass anyway
     hooks = {k: run_options.pop(k) for k in ("on_pass_start", "on_pass_done")
              if k in run_options}
     options = {"input_shapes": None, "data": None, "input_values": None, "seed": DEFAULT_SEED,

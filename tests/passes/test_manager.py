@@ -87,9 +87,9 @@ def check_for(model):
     return OutputCheck.prepare(model, resolve_shapes(inputs))
 
 
-def run(model, *passes):
+def run(model, *passes, check_each=False):
     steps = [(p.name, p) for p in passes]
-    return run_passes(model, steps, check_for(model), PassContext())
+    return run_passes(model, steps, check_for(model), PassContext(), check_each=check_each)
 
 
 def test_good_pass_is_applied_and_checked():
@@ -362,7 +362,7 @@ def test_a_pass_is_not_run_again_on_the_graph_it_left_unchanged():
 
 def test_after_a_rollback_the_pass_runs_again():
     counter = CountsRuns()
-    _, report = run(parse(MODEL), counter, BreaksNumbers(), counter)
+    _, report = run(parse(MODEL), counter, BreaksNumbers(), counter, check_each=True)
     assert report.passes[1].status == ROLLED_BACK
     assert counter.runs == 2  # the graph was re-imported: not "the same graph"
 
@@ -382,3 +382,91 @@ def test_after_a_pass_changed_only_shapes_the_pass_runs_again():
     _, report = run(parse(MODEL), counter, AnnotatesShapes(), counter)
     assert report.passes[1].status == UNCHANGED
     assert counter.runs == 2  # the shapes it would see are not the ones it saw
+
+
+class DoublesRelu(_TestPass):
+    """Puts a second Relu after the first: the same numbers, not the same graph."""
+
+    name = "doubles-relu"
+
+    def run(self, graph, ctx):
+        relu = next(n for n in graph.nodes if n.op == "Relu")
+        out = relu.outputs[0]
+        mid = gs.Variable(out.name + "_once", dtype=out.dtype, shape=out.shape)
+        relu.outputs = [mid]
+        graph.nodes.append(gs.Node("Relu", inputs=[mid], outputs=[out]))
+        return PassResult(changed=True)
+
+
+def _counting(check):
+    calls = []
+    verify = check.verify
+
+    def counted(model):
+        calls.append(ops(model))
+        return verify(model)
+
+    check.verify = counted
+    return check, calls
+
+
+def _steps(*passes):
+    return [(p.name, p) for p in passes]
+
+
+def test_one_run_of_the_model_checks_every_pass_that_changes_numbers():
+    model = parse(MODEL)
+    check, calls = _counting(check_for(model))
+    out, report = run_passes(model, _steps(DoublesRelu(), DoublesRelu(), Cleanup()), check,
+                             PassContext())
+    assert calls == [["Relu", "Relu", "Relu", "Sigmoid"]]  # the last model, once
+    assert [r.status for r in report.passes] == [APPLIED] * 3
+    for rec in report.passes:  # cleanup too: a run was due anyway, so no graph comparison
+        assert rec.check == "passed (exact), in one check after pass 3 (passes 1, 2, 3)"
+    assert [r.max_abs_error for r in report.passes] == [None, None, 0.0]
+    assert ops(out) == ["Relu", "Relu", "Relu", "Sigmoid"]
+
+    check, calls = _counting(check_for(model))
+    _, each = run_passes(model, _steps(DoublesRelu(), DoublesRelu(), Cleanup()), check,
+                         PassContext(), check_each=True)
+    assert len(calls) == 2  # cleanup is shown the same from the graph
+    assert [r.check for r in each.passes][:2] == ["passed (exact)"] * 2
+
+
+def test_when_the_one_check_fails_the_run_is_repeated_checking_each_pass():
+    model = parse(MODEL)
+    steps = _steps(DoublesRelu(), BreaksNumbers(), DoublesRelu())
+    check, calls = _counting(check_for(model))
+    seen = []
+    out, report = run_passes(model, steps, check, PassContext(),
+                             on_pass_done=lambda rec, m: seen.append((rec.index, rec.status)))
+    _, each = run_passes(model, steps, check_for(model), PassContext(), check_each=True)
+    assert [r.status for r in report.passes] == [APPLIED, ROLLED_BACK, APPLIED]
+    assert [(r.status, r.check, r.rollback_reason) for r in report.passes] == [
+        (r.status, r.check, r.rollback_reason) for r in each.passes]
+    assert report.passes[1].rollback_reason.startswith("outputs differ: y:")
+    assert len(calls) == 4  # the batch's, then one per pass that changes numbers
+    assert any("the run was repeated with a check after every pass" in n
+               and "breaks-numbers" in n for n in report.verify_notes)
+    assert seen == [(0, APPLIED), (1, ROLLED_BACK), (2, APPLIED)]  # once each, final
+    assert ops(out) == ["Identity", "Relu", "Relu", "Relu", "Sigmoid"]
+
+
+def test_a_pass_that_changes_the_outputs_is_preceded_by_the_check_of_the_passes_before_it():
+    # Tanh for Sigmoid changes y, which the cut then drops: compared with the outputs of
+    # the time (y), not with the rebased reference (r), the breaking pass is rolled back
+    model = parse(MODEL)
+    out, report = run(model, BreaksNumbers(), CutsAtRelu())
+    assert [r.status for r in report.passes] == [ROLLED_BACK, APPLIED]
+    assert [o.name for o in out.graph.output] == ["r"]
+
+
+def test_a_batch_of_passes_that_keep_the_computation_is_shown_the_same_without_a_run():
+    model = parse(MODEL)
+    check, calls = _counting(check_for(model))
+    _, report = run_passes(model, _steps(Cleanup(), Cleanup()), check, PassContext())
+    assert calls == []
+    (rec, again) = report.passes
+    assert rec.status == APPLIED and again.status == UNCHANGED
+    assert rec.check == ("passed (exact): the same computation as before this pass, shown "
+                         "from the graph (not run)")

@@ -37,8 +37,15 @@ def run_command(
     ),
     check: bool = typer.Option(
         True, "--check/--no-check",
-        help="Compare outputs with the original after every pass (onnxruntime, CPU, "
-        "graph optimizations off) and roll back passes that change them.",
+        help="Compare outputs with the original's (onnxruntime, CPU, graph optimizations "
+        "off) and roll back passes that change them: one run of the model checks all the "
+        "passes that change numbers, and when it fails the run is repeated with a check "
+        "after each of them, which finds the pass to roll back.",
+    ),
+    check_each_pass: bool = typer.Option(
+        False, "--check-each-pass",
+        help="Run the output check after every pass that changes numbers (the report "
+        "then has each pass's own error); slower: one run of the model per pass.",
     ),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 when any pass was rolled back."),
     input_shape: list[str] = opt.input_shape(),
@@ -90,7 +97,7 @@ def run_command(
         opt.check_fail_on(fail_on)
         pipeline = parse_pipeline(passes if passes is not None else default_pipeline(trt))
         shapes = dict(parse_input_shape(s) for s in input_shape or [])
-        options = dict(check=check, input_shapes=shapes, data=data,
+        options = dict(check=check, check_each=check_each_pass, input_shapes=shapes, data=data,
                        input_values=input_values(input_value), seed=seed,
                        providers=providers, trt=trt, max_rewrites=max_rewrites,
                        plugin_rules=plugin_rules or ())

@@ -16,6 +16,19 @@ For every pass, in order:
    is restored to what it was before the pass, and the run goes on. The record says
    why (`rollback_cause`), which passes ran before it, and holds the rejected model
    (`rejected`, when one was exported) for the `on_pass_done` callback.
+With the output check on, its runs are batched (not with `check_each` or a rewrite
+budget): a pass that passes the structural checks is kept with its output check
+deferred, and one run of the model checks every deferred pass at once, at the end of
+the run (and before a pass that changes the outputs rebases the reference). A
+batch of only `keeps_computation` passes is shown the same from the graph instead
+(`graph.samecomp`: one comparison of the models before and after the batch, and no
+run). When that one check passes, each deferred record says so (`PassRecord.max_abs_error` is on the
+last one, the model the check ran). When it fails, the whole run is repeated from the
+input with a check after every pass, which finds and rolls back the pass that breaks
+the numbers, as before: the reference is not run again, and the run's notes say why.
+The result differs from checking every pass only where a pass breaks the numbers and
+a later one removes what it broke: the batch then keeps both, and the result agrees.
+`on_pass_done` is then called for each pass after the run's check has passed.
 A pass whose fingerprint did not change needs no verification: the graph is the
 one already verified. A pass is not run again on a graph it already left unchanged
 (nothing applied, rolled back or annotated since): a preset's last round, which only
@@ -141,6 +154,7 @@ def run_pipeline(
     on_pass_start: Callable[[int, str], None] | None = None,
     on_pass_done: PassCallback | None = None,
     spill=None,
+    check_each: bool = False,
 ) -> tuple[onnx.ModelProto, Report]:
     """Run every pass of `pipeline` on `model`; returns the verified result and a report.
 
@@ -148,15 +162,39 @@ def run_pipeline(
     `max_rounds`; the report says how many rounds ran (and notes hitting the bound).
     With a `graphfix.spill.Spill`, the large weights passes make are written there and
     the models refer to them (the caller keeps it open while it uses them).
+    `check_each` runs the output check after every pass that changes numbers, instead
+    of once for all of them (module docstring).
     """
-    runner = _Runner(model, output_check, ctx, on_pass_start, on_pass_done, spill)
-    for item in pipeline.specs:
-        if isinstance(item, PresetSpec):
-            steps = [(str(spec), spec.build()) for spec in item.pass_specs()]
-            runner.rounds(item.name, steps, item.preset.max_rounds)
-        else:
-            runner.step(str(item), item.build())
-    return runner.finish(str(pipeline))
+
+    def drive(runner: _Runner) -> tuple[onnx.ModelProto, Report]:
+        for item in pipeline.specs:
+            if isinstance(item, PresetSpec):
+                steps = [(str(spec), spec.build()) for spec in item.pass_specs()]
+                runner.rounds(item.name, steps, item.preset.max_rounds)
+            else:
+                runner.step(str(item), item.build())
+        return runner.finish(str(pipeline))
+
+    return _checked_run(model, drive, output_check, ctx, on_pass_start, on_pass_done, spill,
+                        check_each)
+
+
+def _checked_run(model, drive, output_check, ctx, on_pass_start, on_pass_done, spill,
+                 check_each) -> tuple[onnx.ModelProto, Report]:
+    """`drive` a runner with the output check batched, and again with a check after every
+    pass when that batched check fails (module docstring)."""
+    ctx = ctx or PassContext()
+    if not output_check.enabled or check_each or ctx.rewrites is not None:
+        return drive(_Runner(model, output_check, ctx, on_pass_start, on_pass_done, spill))
+    saved = ctx.snapshot()
+    try:
+        return drive(_Runner(model, output_check, ctx, on_pass_start, on_pass_done, spill,
+                             batched=True))
+    except _BatchFailed as failed:
+        ctx.restore(saved)
+        runner = _Runner(model, output_check, ctx, on_pass_start, on_pass_done, spill)
+        runner.notes.append(str(failed))
+        return drive(runner)
 
 
 def run_passes(
@@ -166,20 +204,45 @@ def run_passes(
     ctx: PassContext | None = None,
     on_pass_start: Callable[[int, str], None] | None = None,
     on_pass_done: PassCallback | None = None,
+    check_each: bool = False,
 ) -> tuple[onnx.ModelProto, Report]:
     """Run configured passes, each named by its pipeline text (see the module docstring)."""
-    runner = _Runner(model, output_check, ctx, on_pass_start, on_pass_done)
-    for spec, pass_ in steps:
-        runner.step(spec, pass_)
-    return runner.finish(",".join(spec for spec, _ in steps))
+
+    def drive(runner: _Runner) -> tuple[onnx.ModelProto, Report]:
+        for spec, pass_ in steps:
+            runner.step(spec, pass_)
+        return runner.finish(",".join(spec for spec, _ in steps))
+
+    return _checked_run(model, drive, output_check, ctx, on_pass_start, on_pass_done, None,
+                        check_each)
+
+
+DEFERRED = "deferred: checked with the passes after it"
+
+
+class _BatchFailed(Exception):
+    """The one check of the deferred passes failed: the run is repeated, checking each."""
+
+    def __init__(self, at: PassRecord, specs: list[str], outcome: str) -> None:
+        super().__init__(
+            f"the output check after pass {at.index + 1} ({at.spec}), the one check of the "
+            f"passes that changed numbers since the last ({', '.join(specs)}), failed "
+            f"({outcome}); the run was repeated with a check after every pass, to find and "
+            "roll back the pass that breaks them")
 
 
 class _Runner:
     """One run: the state between passes, the records, and the verification settings."""
 
     def __init__(self, model, output_check, ctx, on_pass_start, on_pass_done,
-                 spill=None) -> None:
+                 spill=None, batched: bool = False) -> None:
         self.start = time.perf_counter()
+        self.batched = batched
+        self.pending: list[PassRecord] = []  # applied with their output check deferred
+        self.keeps: list[bool] = []  # whether each pending pass keeps the computation
+        # the last model checked before the pending passes, and its check (text, max abs)
+        self.base: tuple[onnx.ModelProto, tuple[str, float | None]] | None = None
+        self.held: list[tuple[PassRecord, onnx.ModelProto]] = []  # on_pass_done, batched
         self.output_check = output_check
         self.ctx = ctx or PassContext()
         self.on_pass_start = on_pass_start
@@ -202,10 +265,16 @@ class _Runner:
         if self.on_pass_start:
             self.on_pass_start(index, spec)
         ran_before = [r.spec for r in self.records]
-        before = self.state.last_good
+        before, checked = self.state.last_good, self.state.last_check
         record = _run_one(index, spec, pass_, self.state, self.ctx, self.verifier,
-                          self.output_check, ran_before)
+                          self.output_check, ran_before, self.batched)
+        if record.check == DEFERRED:
+            if not self.pending:
+                self.base = (before, checked)
+            self.pending.append(record)
+            self.keeps.append(pass_.keeps_computation)
         if record.status == APPLIED and pass_.changes_outputs and self.output_check.enabled:
+            self._check_pending(before)
             # later passes are compared with this model's outputs, on the same inputs
             self.output_check = self.output_check.rebased(self.state.last_good)
             self.state.last_check = ("passed (exact)", 0.0)
@@ -215,9 +284,40 @@ class _Runner:
                 self.removed.setdefault(name, spec)
         record.preset, record.round = preset, round_
         self.records.append(record)
-        if self.on_pass_done:
+        if self.on_pass_done and self.batched:
+            self.held.append((record, self.state.last_good))
+        elif self.on_pass_done:
             self.on_pass_done(record, self.state.last_good)
         return record
+
+    def _check_pending(self, model: onnx.ModelProto) -> None:
+        """One output check of `model`, the model after the last deferred pass (every
+        pass applied after the first deferred one is deferred), for all of them: each
+        record says it passed, or _BatchFailed."""
+        if not self.pending:
+            return
+        at, (base, checked) = self.pending[-1], self.base
+        if all(self.keeps) and same_computation(base, model, self.state.digests):
+            first = self.pending[0].index + 1
+            for record in self.pending:
+                record.check = (_shown_same(checked) if len(self.pending) == 1 else
+                                _shown_same(checked, f"before pass {first}"))
+                record.max_abs_error = checked[1]
+            self.state.last_check = checked
+            self.pending, self.keeps = [], []
+            return
+        outcome = self.output_check.verify(model)
+        specs = [r.spec for r in self.pending]
+        if not outcome.ok:
+            raise _BatchFailed(at, specs, outcome.describe())
+        text = outcome.describe()
+        numbers = ", ".join(str(r.index + 1) for r in self.pending)
+        for record in self.pending:
+            record.check = text if len(self.pending) == 1 else (
+                f"{text}, in one check after pass {at.index + 1} (passes {numbers})")
+        self.pending[-1].max_abs_error = outcome.max_abs
+        self.state.last_check = (text, outcome.max_abs)
+        self.pending, self.keeps = [], []
 
     def rounds(self, name: str, steps: list[tuple[str, Pass]], max_rounds: int) -> None:
         for round_ in range(1, max_rounds + 1):
@@ -233,6 +333,10 @@ class _Runner:
         )
 
     def finish(self, pipeline: str) -> tuple[onnx.ModelProto, Report]:
+        self._check_pending(self.state.last_good)
+        for record, model in self.held:
+            self.on_pass_done(record, model)
+        self.held = []
         check = self.output_check
         report = Report(
             pipeline=pipeline,
@@ -304,13 +408,14 @@ class _State:
 
 
 def _run_one(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier, output_check,
-             ran_before) -> PassRecord:
+             ran_before, defer: bool = False) -> PassRecord:
     """Run one pass; its context changes last only when its graph is kept (not when it is
     rolled back, refused by the rewrite budget, or changed nothing)."""
     saved = ctx.snapshot()
     if ctx.rewrites is not None:
         ctx.rewrites.start(index, spec)
-    record = _attempt(index, spec, pass_, state, ctx, verifier, output_check, ran_before)
+    record = _attempt(index, spec, pass_, state, ctx, verifier, output_check, ran_before,
+                      defer)
     if record.status != APPLIED:
         ctx.restore(saved)
     return record
@@ -320,14 +425,13 @@ LIMIT_NOTE = str(Note("all of its changes", LIMIT_REACHED))
 NOT_RERUN = "unchanged (not run: the graph it left unchanged before)"
 
 
-def _shown_same(last: tuple[str, float | None]) -> str:
+def _shown_same(last: tuple[str, float | None], since: str = "before this pass") -> str:
     """The check of a candidate shown to compute what the model before it did."""
-    return (f"{last[0]}: the same computation as before this pass, shown from the graph "
-            "(not run)")
+    return f"{last[0]}: the same computation as {since}, shown from the graph (not run)"
 
 
 def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier, output_check,
-             ran_before) -> PassRecord:
+             ran_before, defer: bool) -> PassRecord:
     t0 = time.perf_counter()
     nodes_before = count_nodes(state.graph)
     record = PassRecord(index, spec, UNCHANGED, 0.0, nodes_before, nodes_before)
@@ -381,6 +485,9 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
             return _rolled_back(record, INVALID, "the pass changes the graph outputs but "
                                 "does not say how it verified them", state, t0)
         record.check = f"verified by the pass: {result.verified}"
+    elif output_check.enabled and defer:
+        record.check = DEFERRED  # one check covers it (`_Runner._check_pending`)
+        state.last_check = (DEFERRED, None)
     elif output_check.enabled and pass_.keeps_computation and same_computation(
             state.last_good, candidate, state.digests):
         record.check = _shown_same(state.last_check)
