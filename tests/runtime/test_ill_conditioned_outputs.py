@@ -35,10 +35,11 @@ def prepare(monkeypatch, flip: bool) -> outputs.OutputCheck:
 
 def test_an_integer_output_the_optimized_run_changes_is_not_judged(monkeypatch):
     check = prepare(monkeypatch, flip=True)
+    assert check.floor_measured  # at once: the model selects (ArgMax)
+    outcome = check.verify(model(select="ArgMin"))
     assert check.unstable == {"label": "ill-conditioned on this sample: onnxruntime's own "
                                        "optimizations change 1 of its 1 values (a selection "
                                        "among near-tied values)"}
-    outcome = check.verify(model(select="ArgMin"))
     assert outcome.ok
     assert outcome.describe() == ("passed (exact; not compared, ill-conditioned on this "
                                   "sample: label)")
@@ -71,9 +72,9 @@ def test_a_float_output_the_optimized_run_moves_by_a_thousandth_of_its_scale_is_
 
     monkeypatch.setattr(outputs, "run_checkable", run)
     check = outputs.OutputCheck.prepare(model(), {"x": (1, 8)})
+    assert check.verify(model(act="Sigmoid")).ok  # not judged on this sample
     assert check.unstable == {"y": "ill-conditioned on this sample: onnxruntime's own "
                                    "optimizations change it by 0.01 of its scale"}
-    assert check.verify(model(act="Sigmoid")).ok  # not judged on this sample
     assert not check.verify(model(select="ArgMin")).ok  # the label still is
     outcome = check.verify(model())
     assert outcome.describe() == "passed (exact; not compared, ill-conditioned on this " \
@@ -83,9 +84,55 @@ def test_a_float_output_the_optimized_run_moves_by_a_thousandth_of_its_scale_is_
 def test_the_run_says_which_outputs_its_check_cannot_judge(monkeypatch):
     import graphfix
 
-    prepare(monkeypatch, flip=True)  # the optimized run flips the label
-    report = graphfix.run(model(), input_shapes={"x": (1, 8)}).report
+    real = outputs.run_checkable
+    runs = []
+
+    def run(m, feeds, providers=("cpu",), basic=False):
+        result = real(m, feeds, providers, basic)
+        runs.append(basic)
+        if basic or len(runs) > 1:  # the optimized run and the rewrite flip the label
+            result["label"] = result["label"] + 1
+        return result
+
+    monkeypatch.setattr(outputs, "run_checkable", run)
+    source = parse(HEADER + """
+    g (float[1,8] x) => (float[1,8] y, int64[1] label) {
+        zero = Constant <value = float[1] {0.0}> ()
+        s = Add(x, zero)
+        y = Relu(s)
+        label = ArgMax <axis = 1, keepdims = 0> (x)
+    }""")
+    report = graphfix.run(source, passes="eliminate-noops", input_shapes={"x": (1, 8)}).report
+    assert runs == [False, True, False]  # the reference, the floor (ArgMax), the rewrite
+    assert report.passes[0].status == "applied"
     assert list(report.check.unjudged) == ["label"]
     assert ("the check cannot judge 'label' (ill-conditioned on this sample: onnxruntime's "
             "own optimizations change 1 of its 1 values (a selection among near-tied "
             "values)); pass --data with real inputs to check them") in report.verify_notes
+
+
+def test_without_a_selection_the_floor_is_measured_when_a_check_first_needs_it(monkeypatch):
+    runs = []
+    real = outputs.run_checkable
+
+    def run(m, feeds, providers=("cpu",), basic=False):
+        runs.append(basic)
+        return real(m, feeds, providers, basic)
+
+    monkeypatch.setattr(outputs, "run_checkable", run)
+    plain = parse(HEADER + """
+    g (float[1,8] x) => (float[1,8] y) {
+        y = Relu(x)
+    }""")
+    check = outputs.OutputCheck.prepare(plain, {"x": (1, 8)})
+    assert runs == [False] and not check.floor_measured
+    assert check.verify(plain).ok and runs == [False, False]  # passed: no floor needed
+    broken = parse(HEADER + """
+    g (float[1,8] x) => (float[1,8] y) {
+        y = Sigmoid(x)
+    }""")
+    outcome = check.verify(broken)
+    assert runs == [False, False, False, True] and check.floor_measured
+    assert not outcome.ok and outcome.describe().startswith("outputs differ: y: ")
+    check.verify(broken)
+    assert runs == [False, False, False, True, False]  # measured once

@@ -254,11 +254,6 @@ class _Runner:
         self.rounds_run: dict[str, int] = {}
         self.removed: dict[str, str] = {}  # tensor -> the pass whose rewrite removed it
         self.notes: list[str] = list(self.verifier.notes)
-        if output_check.enabled and output_check.unstable:
-            self.notes.append(
-                "the check cannot judge " + ", ".join(
-                    f"'{name}' ({why})" for name, why in output_check.unstable.items())
-                + "; pass --data with real inputs to check them")
 
     def step(self, spec: str, pass_: Pass, preset: str = "", round_: int = 0) -> PassRecord:
         index = len(self.records)
@@ -275,6 +270,7 @@ class _Runner:
             self.keeps.append(pass_.keeps_computation)
         if record.status == APPLIED and pass_.changes_outputs and self.output_check.enabled:
             self._check_pending(before)
+            self._note_unjudged()
             # later passes are compared with this model's outputs, on the same inputs
             self.output_check = self.output_check.rebased(self.state.last_good)
             self.state.last_check = ("passed (exact)", 0.0)
@@ -289,6 +285,16 @@ class _Runner:
         elif self.on_pass_done:
             self.on_pass_done(record, self.state.last_good)
         return record
+
+    def _note_unjudged(self) -> None:
+        """The run's note on the outputs its check could not judge (known once a check
+        measured the noise floor, `runtime.outputs`)."""
+        check = self.output_check
+        if check.enabled and check.unstable:
+            self.notes.append(
+                "the check cannot judge " + ", ".join(
+                    f"'{name}' ({why})" for name, why in check.unstable.items())
+                + "; pass --data with real inputs to check them")
 
     def _check_pending(self, model: onnx.ModelProto) -> None:
         """One output check of `model`, the model after the last deferred pass (every
@@ -337,6 +343,7 @@ class _Runner:
         for record, model in self.held:
             self.on_pass_done(record, model)
         self.held = []
+        self._note_unjudged()
         check = self.output_check
         report = Report(
             pipeline=pipeline,
