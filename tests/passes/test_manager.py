@@ -470,3 +470,74 @@ def test_a_batch_of_passes_that_keep_the_computation_is_shown_the_same_without_a
     assert rec.status == APPLIED and again.status == UNCHANGED
     assert rec.check == ("passed (exact): the same computation as before this pass, shown "
                          "from the graph (not run)")
+
+
+class BreaksCheckerQuietly(BreaksChecker):
+    """Says it keeps the computation (as cleanup does), and breaks the checker."""
+
+    name = "breaks-checker-quietly"
+    keeps_computation = True
+
+
+def _counting_verifier(monkeypatch):
+    from graphfix.passes.manager import Verifier
+
+    seen = []
+    problem = Verifier.problem
+
+    def counted(self, model):
+        seen.append(ops(model))
+        return problem(self, model)
+
+    monkeypatch.setattr(Verifier, "problem", counted)
+    return seen
+
+
+@pytest.mark.parametrize("checked", [True, False])
+def test_a_pass_that_keeps_the_computation_is_verified_with_the_next_one(monkeypatch, checked):
+    model = parse(MODEL)
+    seen = _counting_verifier(monkeypatch)
+    check = check_for(model) if checked else OutputCheck.disabled("--no-check")
+    out, report = run_passes(model, _steps(Cleanup(), DoublesRelu()), check, PassContext())
+    assert [r.status for r in report.passes] == [APPLIED, APPLIED]
+    assert seen == [["Relu", "Relu", "Sigmoid"]]  # once, on the second pass's candidate
+    onnx.checker.check_model(out)
+
+    seen.clear()
+    run_passes(model, _steps(Cleanup(), DoublesRelu()), check, PassContext(), check_each=True)
+    assert seen == [["Relu", "Sigmoid"], ["Relu", "Relu", "Sigmoid"]]
+
+
+def test_a_deferred_structural_check_is_made_at_the_end_of_the_run(monkeypatch):
+    model = parse(MODEL)
+    seen = _counting_verifier(monkeypatch)
+    _, report = run_passes(model, _steps(DoublesRelu(), Cleanup()),
+                           OutputCheck.disabled("--no-check"), PassContext())
+    assert [r.status for r in report.passes] == [APPLIED, APPLIED]
+    assert seen == [["Identity", "Relu", "Relu", "Sigmoid"], ["Relu", "Relu", "Sigmoid"]]
+
+
+def test_a_pass_after_a_deferred_one_is_rolled_back_for_its_own_fault():
+    model = parse(MODEL)
+    out, report = run(model, Cleanup(), BreaksChecker())
+    cleanup, broken = report.passes
+    assert cleanup.status == APPLIED and broken.status == ROLLED_BACK
+    assert broken.rollback_reason.startswith("onnx.checker rejects the result")
+    assert not any("repeated" in n for n in report.verify_notes)  # no second run needed
+    assert ops(out) == ["Relu", "Sigmoid"]
+
+
+@pytest.mark.parametrize("checked", [True, False])
+def test_a_deferred_pass_that_breaks_the_checker_is_found_by_a_second_run(checked):
+    model = parse(MODEL)
+    check = check_for(model) if checked else OutputCheck.disabled("--no-check")
+    for after in ([DoublesRelu()], [BreaksChecker()], []):
+        out, report = run_passes(model, _steps(BreaksCheckerQuietly(), *after), check,
+                                 PassContext())
+        quiet = report.passes[0]
+        assert quiet.status == ROLLED_BACK, after
+        assert quiet.rollback_reason.startswith("onnx.checker rejects the result")
+        assert any("structural check (onnx.checker, shape inference) after pass 1 "
+                   "(breaks-checker-quietly)" in n and "repeated" in n
+                   for n in report.verify_notes), report.verify_notes
+        onnx.checker.check_model(out)

@@ -16,19 +16,24 @@ For every pass, in order:
    is restored to what it was before the pass, and the run goes on. The record says
    why (`rollback_cause`), which passes ran before it, and holds the rejected model
    (`rejected`, when one was exported) for the `on_pass_done` callback.
-With the output check on, its runs are batched (not with `check_each` or a rewrite
-budget): a pass that passes the structural checks is kept with its output check
-deferred, and one run of the model checks every deferred pass at once, at the end of
-the run (and before a pass that changes the outputs rebases the reference). A
-batch of only `keeps_computation` passes is shown the same from the graph instead
-(`graph.samecomp`: one comparison of the models before and after the batch, and no
-run). When that one check passes, each deferred record says so (`PassRecord.max_abs_error` is on the
-last one, the model the check ran). When it fails, the whole run is repeated from the
-input with a check after every pass, which finds and rolls back the pass that breaks
-the numbers, as before: the reference is not run again, and the run's notes say why.
-The result differs from checking every pass only where a pass breaks the numbers and
-a later one removes what it broke: the batch then keeps both, and the result agrees.
-`on_pass_done` is then called for each pass after the run's check has passed.
+Checks are batched (not with `check_each` or a rewrite budget):
+- a pass that keeps the computation (`Pass.keeps_computation`: cleanup,
+  dedup-constants, merge-duplicates) defers its structural checks too: the next pass's
+  candidate that passes them, or the end of the run, has them for both (such a pass
+  does not change the shapes later passes read);
+- with the output check on, a pass that passes the structural checks is kept with its
+  output check deferred, and one run of the model checks every deferred pass at once,
+  at the end of the run (and before a pass that changes the outputs rebases the
+  reference). A batch of only `keeps_computation` passes is shown the same from the
+  graph instead (`graph.samecomp`: one comparison of the models before and after it,
+  and no run). When that check passes, each deferred record says so
+  (`PassRecord.max_abs_error` is on the last one, the model the check ran);
+- when a batched check fails, the whole run is repeated from the input with every
+  check after every pass, which finds and rolls back the pass at fault as before (the
+  reference is not run again), and the run's notes say why. The result differs from
+  checking every pass only where a pass breaks the numbers and a later one removes
+  what it broke: the batch then keeps both, and the result agrees. `on_pass_done` is
+  called for each pass once the run's checks have passed.
 A pass whose fingerprint did not change needs no verification: the graph is the
 one already verified. A pass is not run again on a graph it already left unchanged
 (nothing applied, rolled back or annotated since): a preset's last round, which only
@@ -181,10 +186,10 @@ def run_pipeline(
 
 def _checked_run(model, drive, output_check, ctx, on_pass_start, on_pass_done, spill,
                  check_each) -> tuple[onnx.ModelProto, Report]:
-    """`drive` a runner with the output check batched, and again with a check after every
-    pass when that batched check fails (module docstring)."""
+    """`drive` a runner with its checks batched, and again with every check after every
+    pass when a batched check fails (module docstring)."""
     ctx = ctx or PassContext()
-    if not output_check.enabled or check_each or ctx.rewrites is not None:
+    if check_each or ctx.rewrites is not None:
         return drive(_Runner(model, output_check, ctx, on_pass_start, on_pass_done, spill))
     saved = ctx.snapshot()
     try:
@@ -221,14 +226,13 @@ DEFERRED = "deferred: checked with the passes after it"
 
 
 class _BatchFailed(Exception):
-    """The one check of the deferred passes failed: the run is repeated, checking each."""
+    """A check made once for several passes failed: the run is repeated, checking each."""
 
-    def __init__(self, at: PassRecord, specs: list[str], outcome: str) -> None:
+    def __init__(self, what: str, at: PassRecord, specs: list[str], outcome: str) -> None:
         super().__init__(
-            f"the output check after pass {at.index + 1} ({at.spec}), the one check of the "
-            f"passes that changed numbers since the last ({', '.join(specs)}), failed "
-            f"({outcome}); the run was repeated with a check after every pass, to find and "
-            "roll back the pass that breaks them")
+            f"the {what} after pass {at.index + 1} ({at.spec}), the one check of "
+            f"{', '.join(specs)}, failed ({outcome}); the run was repeated with a check "
+            "after every pass, to find and roll back the pass at fault")
 
 
 class _Runner:
@@ -299,7 +303,8 @@ class _Runner:
     def _check_pending(self, model: onnx.ModelProto) -> None:
         """One output check of `model`, the model after the last deferred pass (every
         pass applied after the first deferred one is deferred), for all of them: each
-        record says it passed, or _BatchFailed."""
+        record says it passed, or _BatchFailed. The structural checks first."""
+        _verify_deferred(self.state, self.verifier, model)
         if not self.pending:
             return
         at, (base, checked) = self.pending[-1], self.base
@@ -315,7 +320,7 @@ class _Runner:
         outcome = self.output_check.verify(model)
         specs = [r.spec for r in self.pending]
         if not outcome.ok:
-            raise _BatchFailed(at, specs, outcome.describe())
+            raise _BatchFailed("output check", at, specs, outcome.describe())
         text = outcome.describe()
         numbers = ", ".join(str(r.index + 1) for r in self.pending)
         for record in self.pending:
@@ -339,7 +344,7 @@ class _Runner:
         )
 
     def finish(self, pipeline: str) -> tuple[onnx.ModelProto, Report]:
-        self._check_pending(self.state.last_good)
+        self._check_pending(self.state.last_good)  # the structural checks too
         for record, model in self.held:
             self.on_pass_done(record, model)
         self.held = []
@@ -390,6 +395,10 @@ class _State:
     # fingerprint: a fingerprint holds ids, which objects freed since may have passed on
     unchanged_at: dict[str, tuple] = field(default_factory=dict)
     spill: Any = None  # where large new weights go (`graphfix.spill.Spill`), if anywhere
+    # applied passes whose structural checks are deferred (batched: `_attempt`), since the
+    # last model that had them: `last_good` has not been through onnx.checker and
+    # inference, and `inferred` is still the shapes of the model before them
+    unverified: list[PassRecord] = field(default_factory=list)
 
     def current_fingerprint(self) -> tuple:
         if self.fingerprint is None:
@@ -403,6 +412,15 @@ class _State:
     def accept(self, model: onnx.ModelProto, inferred: onnx.ModelProto | None) -> None:
         self.last_good = model
         self.annotate(inferred)
+        self.unverified = []
+
+    def accept_unverified(self, model: onnx.ModelProto, record: PassRecord) -> None:
+        """Keep a pass's model with its structural checks deferred (`_attempt`); the
+        graph keeps its shapes, which a pass that keeps the computation does not change."""
+        self.last_good = model
+        self.unverified.append(record)
+        self.fingerprint = None
+        self.version += 1
 
     def annotate(self, inferred: onnx.ModelProto | None) -> None:
         """Give the graph's tensors the shapes inference found for the last verified model,
@@ -483,6 +501,18 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
         where = f" (after {', '.join(ran_before)})" if ran_before else " (the first pass)"
         record.traceback = traceback.format_exc()
         return _rolled_back(record, RAISED, f"{type(err).__name__}: {err}{where}", state, t0)
+    if defer and pass_.keeps_computation and not pass_.changes_outputs:
+        # it only removes or shares what computes the same: its structural checks are
+        # made on the model of a later pass (`_verify_deferred`), and so is its output
+        # check (`_Runner._check_pending`)
+        record.check = DEFERRED if output_check.enabled else "skipped"
+        if output_check.enabled:
+            state.last_check = (DEFERRED, None)
+        state.accept_unverified(candidate, record)
+        record.status = APPLIED
+        record.nodes_after = count_nodes(graph)
+        record.seconds = time.perf_counter() - t0
+        return record
     problem = verifier.problem(candidate)
     if problem:
         record.rejected = candidate
@@ -514,6 +544,18 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
     record.nodes_after = count_nodes(graph)
     record.seconds = time.perf_counter() - t0
     return record
+
+
+def _verify_deferred(state: _State, verifier: Verifier, model: onnx.ModelProto) -> None:
+    """The structural checks of the passes that deferred them (`_attempt`), made on
+    `model`, the model after them, or _BatchFailed."""
+    deferred = state.unverified
+    if deferred:
+        problem = verifier.problem(model)
+        if problem:
+            raise _BatchFailed("structural check (onnx.checker, shape inference)",
+                               deferred[-1], [r.spec for r in deferred], problem)
+        state.unverified = []
 
 
 def tensor_names(model: onnx.ModelProto) -> set[str]:
