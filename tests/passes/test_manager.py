@@ -68,6 +68,7 @@ class AnnotatesShapes(_TestPass):
     """Re-annotates shapes (as fold-constants' shape inference does) and rewrites nothing."""
 
     name = "annotates-shapes"
+    annotates_shapes = True
 
     def run(self, graph, ctx):
         for node in graph.nodes:
@@ -131,9 +132,26 @@ def test_pass_that_breaks_the_checker_is_rolled_back():
     assert ops(out) == ops(model)
 
 
-def test_a_change_is_verified_even_when_the_pass_says_unchanged():
-    _, report = run(parse(MODEL), LiesAboutChanging())
+@pytest.mark.parametrize("check_each", [True, False])
+def test_a_change_is_verified_even_when_the_pass_says_unchanged(check_each):
+    _, report = run(parse(MODEL), LiesAboutChanging(), check_each=check_each)
     assert report.passes[0].status == ROLLED_BACK
+    # batched, it is taken at its word until the fingerprint at the end; the run is then
+    # repeated with a fingerprint after every pass
+    assert any("the fingerprint check after pass 1 (lies)" in n and "repeated" in n
+               for n in report.verify_notes) != check_each
+
+
+def test_a_change_under_a_pass_taken_at_its_word_is_checked_with_the_next_pass():
+    # the lie (Sigmoid -> Tanh) is in the next pass's candidate, whose check fails; the
+    # repeated run fingerprints every pass and rolls back the liar itself
+    model = parse(MODEL)
+    out, report = run(model, LiesAboutChanging(), DoublesRelu())
+    _, each = run(model, LiesAboutChanging(), DoublesRelu(), check_each=True)
+    assert [r.status for r in report.passes] == [ROLLED_BACK, APPLIED]
+    assert [(r.status, r.check) for r in report.passes] == [
+        (r.status, r.check) for r in each.passes]
+    assert ops(out) == ["Identity", "Relu", "Relu", "Sigmoid"]
 
 
 def test_a_pass_that_only_annotates_shapes_is_unchanged():

@@ -193,6 +193,12 @@ class Pass:
     # candidate computes what the model before it did (`graph.samecomp`), and runs the
     # check only when that cannot be shown. A claim, verified every time, never trusted.
     keeps_computation: ClassVar[bool] = False
+    # The pass may give existing tensors shapes (running shape inference) and still say
+    # changed=False. The manager fingerprints the graph after such a pass every time;
+    # after another pass that says it changed nothing it does so once, at the end of a
+    # batched run (`passes.manager`), and a pass that did change the graph then makes the
+    # run repeat with every check after every pass.
+    annotates_shapes: ClassVar[bool] = False
 
     def __init__(self, options: Any = None) -> None:
         self.options = options if options is not None else self.Options()

@@ -32,6 +32,7 @@ class FixShapes(Pass):
     """Sets static input shapes and re-runs shape inference."""
 
     name = "fix-shapes"
+    annotates_shapes = True  # its shape inference
     summary = "Make dynamic input dims static (INPUT=DIMS, default batch=1) and re-infer shapes."
     Options = FixShapesOptions
     option_syntax = "INPUT=DIMS (one per input, e.g. input=1x3x224x224)"

@@ -47,6 +47,7 @@ class FoldConstants(Pass):
     """Replaces constant subexpressions by their values."""
 
     name = "fold-constants"
+    annotates_shapes = True  # its shape inference
     summary = "Evaluate nodes whose inputs are all constant (size-limited) and fold static Shape."
     Options = FoldConstantsOptions
     leaves_graph_clean = True

@@ -107,6 +107,7 @@ class FoldReshapeTargets(Pass):
     """
 
     name = "fold-reshape-targets"
+    annotates_shapes = True  # its shape inference
     summary = "Make Reshape targets computed from Shape() constants (flatten with dynamic batch)."
     Options = NoOptions
     counts_rewrites = True  # each Reshape target made constant is one rewrite
