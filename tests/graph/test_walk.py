@@ -7,7 +7,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 import pytest
 
-from graphfix.graph.walk import all_graphs, count_nodes, fingerprint
+from graphfix.graph.walk import all_graphs, count_nodes, fingerprint, names_in_use, tensor_map
 
 
 def _graph() -> gs.Graph:
@@ -57,6 +57,22 @@ def test_all_graphs_and_count_nodes_include_if_branches():
     graph = _graph()
     assert [g.name for g in all_graphs(graph)] == [graph.name, "then", "then"]
     assert count_nodes(graph) == 4
+
+
+def test_tensor_map_is_gs_tensors_without_its_checks():
+    graph = _graph()
+    # an omitted optional input, a graph output no node writes, and two distinct
+    # tensors sharing a name (gs keeps the last, and warns)
+    empty = gs.Variable.empty()
+    twin = gs.Variable("y", np.float32, (1, 4))
+    graph.nodes.append(gs.Node("Clip", "clip", inputs=[graph.inputs[0], empty, empty],
+                               outputs=[twin]))
+    graph.outputs.append(gs.Variable("dangling", np.float32, (1,)))
+    expected = graph.tensors()
+    got = tensor_map(graph)
+    assert list(got) == list(expected) and all(got[k] is v for k, v in expected.items())
+    assert got["y"] is graph.outputs[0] and "" not in got  # the graph output came last
+    assert names_in_use(graph) == {"x", "w", "y", "c", "o", "t", "dangling"}
 
 
 def _chain(order: str) -> gs.Graph:

@@ -14,7 +14,7 @@ from graphfix import weights
 from graphfix.graph.export import export_model
 from graphfix.graph.protos import all_nodes, graph_protos
 from graphfix.graph.rewire import constant_value
-from graphfix.graph.walk import all_graphs
+from graphfix.graph.walk import all_graphs, tensor_map
 
 
 def to_graph(model: onnx.ModelProto) -> gs.Graph:
@@ -31,7 +31,7 @@ def to_graph(model: onnx.ModelProto) -> gs.Graph:
             onnx.helper.make_opsetid(d.domain, d.version) for d in graph.import_domains
         ]
     for g in all_graphs(graph):
-        for t in g.tensors().values():
+        for t in tensor_map(g).values():
             if isinstance(t, gs.Variable) and t.shape is not None and any(
                 isinstance(d, int) and d < 0 for d in t.shape
             ):
@@ -115,7 +115,7 @@ def settle_constants(graph: gs.Graph, spill=None) -> int:
     count = 0
     main = {id(n) for n in graph.nodes}
     for g in all_graphs(graph):
-        for t in g.tensors().values():
+        for t in tensor_map(g).values():
             values = getattr(t, "_values", None)
             if (isinstance(values, np.ndarray) and values.nbytes >= SETTLE_MIN_BYTES
                     and values.dtype.num < 256 and values.dtype != object
@@ -137,7 +137,7 @@ def export(graph: gs.Graph) -> onnx.ModelProto:
     odd: dict[str, onnx.TypeProto] = {}
     held = []
     for g in all_graphs(graph):
-        for tensor in g.tensors().values():
+        for tensor in tensor_map(g).values():
             kind = getattr(tensor, "type", "tensor_type")
             if (isinstance(tensor, gs.Variable) and kind not in _GS_EXPORTS
                     and tensor.dtype is not None):

@@ -19,6 +19,8 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, update_import_domains
 from onnx_graphsurgeon.ir.tensor import SparseValues
 
+from graphfix.graph.walk import tensor_map
+
 
 def export_model(graph: gs.Graph) -> onnx.ModelProto:
     """What `gs.export_onnx(graph, do_type_check=False)` returns (module docstring).
@@ -41,7 +43,7 @@ def _fill(proto: onnx.GraphProto, graph: gs.Graph) -> None:
     proto.name = graph.name
     proto.input.extend(OnnxExporter.export_value_info_proto(t, False) for t in graph.inputs)
     proto.output.extend(OnnxExporter.export_value_info_proto(t, False) for t in graph.outputs)
-    tensors = graph.tensors()
+    tensors = tensor_map(graph)
     constants = [t for t in tensors.values() if isinstance(t, gs.Constant)]
     proto.initializer.extend(OnnxExporter.export_tensor_proto(t) for t in constants
                              if not isinstance(t._values, SparseValues))

@@ -13,7 +13,7 @@ from onnx import helper
 from graphfix.graph.convert import export
 from graphfix.graph.protos import graph_protos
 from graphfix.graph.skeleton import skeleton
-from graphfix.graph.walk import all_graphs
+from graphfix.graph.walk import all_graphs, tensor_map
 
 Dim = int | str | None
 
@@ -229,7 +229,7 @@ def _np_dtype(elem_type: int) -> np.dtype | None:
 def _inner_variables(graph: gs.Graph) -> list[gs.Variable]:
     """Every non-constant tensor that is not an input of the graph or of a subgraph."""
     inputs = {id(t) for g in all_graphs(graph) for t in g.inputs}
-    return [t for g in all_graphs(graph) for t in g.tensors().values()
+    return [t for g in all_graphs(graph) for t in tensor_map(g).values()
             if isinstance(t, gs.Variable) and id(t) not in inputs]
 
 
