@@ -115,3 +115,28 @@ def test_amplification_of_infinite_errors():
     assert amplification(math.inf, math.inf) == 1.0
     assert amplification(math.inf, 1.0) == math.inf
     assert amplification(1.0, 0.0) == 1.0 / ERROR_FLOOR
+
+
+def _measured(ref: np.ndarray, cand: np.ndarray) -> Tally:
+    tally = Tally("t")
+    tally.add(0, ref, cand, "strict", 20.0, tolerance_for(np.dtype(np.float32)))
+    return tally
+
+
+@pytest.mark.parametrize("operand_ok", [True, False])
+def test_an_exp_is_allowed_its_operands_error_only_where_the_operand_agrees(operand_ok):
+    from graphfix.check._widen import widen_by_operands
+
+    x = np.linspace(3.5, 4.0, 64, dtype=np.float32)
+    # the operand: off by 2e-5 (5e-6 of its scale, within the bound), or by 2e-3 (fails)
+    shift = np.float32(2e-5 if operand_ok else 2e-3)
+    operand = _measured(x, x + shift)
+    assert operand.oks[0] is operand_ok
+    y = np.exp(x.astype(np.float64))
+    # the Exp off by what that shift becomes through it: over its own bound, within
+    # max|y| d e^d
+    exp = _measured(y.astype(np.float32), np.exp(x.astype(np.float64) + 2e-5).astype(
+        np.float32))
+    assert not exp.oks[0]
+    widen_by_operands({"x": operand, "y": exp}, {"y": Producer("Exp 'e'", "Exp", "e", ("x",))})
+    assert exp.oks[0] is operand_ok

@@ -16,7 +16,8 @@ def widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Produce
     its operands' scale (`Tally.widen`), in topological order. Graph outputs get the same;
     the per-pass check instead widens outputs by the model's noise floor.
 
-    An Exp is then allowed what its operand's measured error d grows to through it:
+    An Exp whose operand is compared and agrees on the sample is then allowed what
+    that operand's measured error d grows to through it:
     |exp(x + d) - exp(x)| <= exp(x) |d| e^|d|, so max|y| d e^d on top of its own
     rounding. A rewrite that only rounds differently upstream makes an Exp of inputs
     around 4 differ by 4.6e-5 of its scale (Mask R-CNN's box decoding), which no
@@ -39,8 +40,8 @@ def widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Produce
         for sample in [s for s, ok in tally.oks.items() if not ok]:
             scale = max((o.scales.get(sample, 0.0) for o in operands), default=0.0)
             tally.widen(sample, scale)
-            if producer.op == "Exp" and operands and sample in operands[0].abs_errors:
-                d = operands[0].abs_errors[sample]
+            if producer.op == "Exp" and _agrees(tallies, producer.inputs[0], sample):
+                d = tallies[producer.inputs[0]].abs_errors[sample]
                 tally.allow(sample, tally.scales[sample] * d * math.exp(min(d, 50.0)))
             elif producer.op in _COPIES:
                 carried = _carried_error(producer, tallies, sample)
@@ -50,6 +51,11 @@ def widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Produce
                 grown = _grown_error(producer, tallies, sample)
                 if grown is not None:
                     tally.allow(sample, grown)
+
+
+def _agrees(tallies: Mapping[str, Tally], name: str, sample: int) -> bool:
+    tally = tallies.get(name)
+    return tally is not None and tally.oks.get(sample) is True
 
 
 _COPIES = {op: 1 for op in (
