@@ -59,11 +59,13 @@ from graphfix.graph import (
     is_graph_output,
     is_onnx,
     node_label,
+    opset_of,
     replace_in,
 )
 from graphfix.graph.convert import export
 from graphfix.graph.protos import graph_protos
 from graphfix.graph.skeleton import skeleton
+from graphfix.passes._hard_activations import relu6_of_x_plus_3
 
 MACS_PER_ELEMENT_MOVE = 16
 """Multiply-adds that cost as much time as one element move. A GPU's peak FP32
@@ -135,7 +137,7 @@ def decide(g: gs.Graph, producer: gs.Node, reader: gs.Node, shapes: ShapeBook) -
         return Into.PRODUCER
     meet = _meets_again(reader, y)
     if meet is not None:
-        what = _hardswish(reader, meet, producer.op) or (
+        what = _hardswish(g, reader, meet, producer.op) or (
             f"{node_label(meet)} reads both its result and the {producer.op} output")
         return (f"{what}: it is part of one elementwise expression of the {producer.op} "
                 f"output, not a scale or bias of its own, so copying the {producer.op} "
@@ -182,20 +184,17 @@ def _meets_again(reader: gs.Node, y: gs.Tensor) -> gs.Node | None:
     return None
 
 
-def _hardswish(reader: gs.Node, meet: gs.Node, op: str) -> str:
+def _hardswish(g: gs.Graph, reader: gs.Node, meet: gs.Node, op: str) -> str:
     """Names the + 3 of a decomposed HardSwish x * Clip(x + 3, 0, 6) / 6 ("" when
-    `reader` is not that Add and `meet` not its Mul)."""
-    if not is_onnx(reader, "Add") or not is_onnx(meet, "Mul"):
+    `reader` is not that Add and `meet` not its Mul): normalize-activations' pattern
+    (`_hard_activations.relu6_of_x_plus_3`)."""
+    clips = reader.outputs[0].outputs if is_onnx(reader, "Add") else []
+    if not is_onnx(meet, "Mul") or len(clips) != 1 or not clips[0].outputs:
         return ""
-    three = [constant_value(t) for t in reader.inputs]
-    clips = reader.outputs[0].outputs
-    if not any(v is not None and v.size and (v == 3).all() for v in three) or len(clips) != 1:
-        return ""
-    clip = clips[0]
-    bounds = [constant_value(t) for t in clip.inputs[1:3]]
-    if (not is_onnx(clip, "Clip") or len(bounds) != 2 or any(b is None for b in bounds)
-            or (float(bounds[0]), float(bounds[1])) != (0.0, 6.0)
-            or not any(t is clip.outputs[0] for t in meet.inputs)):
+    relu6 = clips[0].outputs[0]
+    inner = relu6_of_x_plus_3(g, relu6, opset_of(g), {id(n) for n in g.nodes})
+    if inner is None or inner.nodes[1] is not reader or not any(t is relu6
+                                                                for t in meet.inputs):
         return ""
     return (f"it is the + 3 of a decomposed HardSwish, x * Clip(x + 3, 0, 6) / 6, whose "
             f"{node_label(meet)} reads the {op} output too")
