@@ -53,6 +53,9 @@ class WriteSet:
         self.claims: dict[str, str] = {}  # resolved path -> what
         self.staged: list[tuple[str, str]] = []  # (target, temporary), in commit order
         self.committed = False
+        # (target, replaces) already checked against the inputs: `model` claims its path
+        # again, and a check may scan a whole input model (`target_is_external_data`)
+        self._cleared: set[tuple[str, str]] = set()
 
     def __enter__(self) -> WriteSet:
         return self
@@ -113,6 +116,9 @@ class WriteSet:
         return staged[-1][1]
 
     def _against_inputs(self, target: str, what: str, replaces: PathLike | None) -> None:
+        seen = (_key(target), _key(os.fspath(replaces)) if replaces is not None else "")
+        if seen in self._cleared:
+            return
         for given in self.given:
             if replaces is not None and io.same_file(os.fspath(replaces), os.fspath(given.path)):
                 continue
@@ -122,6 +128,7 @@ class WriteSet:
                     f"Refusing to write {what} to '{target}'",
                     f"{clash}, and graphfix never writes over a file it was given",
                     f"give {what} another path")
+        self._cleared.add(seen)
 
 
 def _clash(target: str, given: Given) -> str:
