@@ -156,8 +156,11 @@ def run(
             on_pass_done = runfiles.dumper(out, dump_after, files, written, on_pass_done)
         prepared = _prepare(source, pipeline, check, input_shapes, data, input_values, seed,
                             providers, trt, plugin_rules)
-        result = _execute(prepared, max_rewrites, on_pass_start, on_pass_done, spill,
-                          check_each)
+        try:
+            result = _execute(prepared, max_rewrites, on_pass_start, on_pass_done, spill,
+                              check_each)
+        finally:
+            prepared.output_check.join()  # a run that failed leaves no onnxruntime behind
         result.written = written
         _review(result, prepared, explain, name=str(out or path or "model"))
         result.report.input = FileRef(str(path)) if path else None
@@ -386,10 +389,13 @@ def _prepare_check(source: onnx.ModelProto, given: dict[str, tuple[int, ...]], c
     except NoTestData as err:  # a sequence or optional input: rewrite, unchecked
         return (resolve_shapes(inputs, given, lenient=True),
                 OutputCheck.disabled(f"{err.what}: {err.why}"))
+    # the original runs in the background while the passes do (`OutputCheck.prepare`)
     if data is None:
         shapes = resolve_shapes(inputs, given)
-        return shapes, OutputCheck.prepare(source, shapes, None, seed, providers, values)
-    output_check = OutputCheck.prepare(source, {}, data, seed, providers, values)
+        return shapes, OutputCheck.prepare(source, shapes, None, seed, providers, values,
+                                           background=True)
+    output_check = OutputCheck.prepare(source, {}, data, seed, providers, values,
+                                       background=True)
     shapes = {k: tuple(v.shape) for k, v in output_check.feeds.items()}
     for name, shape in given.items():
         if name in shapes and shapes[name] != shape:

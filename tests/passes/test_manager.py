@@ -192,6 +192,80 @@ def test_model_onnxruntime_cannot_run_skips_the_check_with_reason():
     assert [n.op_type for n in out.graph.node] == ["Frobnicate"]
 
 
+FROBNICATES = onnx.parser.parse_model(
+    '<ir_version: 8, opset_import: ["" : 17, "acme" : 1]>' + """
+    g (float[2,3] x) => (float[2,3] y) {
+        a = Identity(x)
+        r = Relu(a)
+        y = acme.Frobnicate(r)
+    }""")
+
+
+def _slow_original(monkeypatch, seconds=0.3):
+    """The original's run takes `seconds` (the passes go on meanwhile); returns the
+    (start, end) times of each run of the original."""
+    import threading
+    import time
+
+    from graphfix.runtime import outputs
+
+    real, runs = outputs.run_checkable, []
+
+    def slow(model, feeds, providers=("cpu",), basic=False):
+        start = time.perf_counter()
+        if threading.current_thread() is not threading.main_thread():
+            time.sleep(seconds)
+        try:
+            return real(model, feeds, providers, basic)
+        finally:
+            runs.append((start, time.perf_counter()))
+
+    monkeypatch.setattr(outputs, "run_checkable", slow)
+    return runs
+
+
+def test_the_original_runs_in_the_background_while_the_passes_run(monkeypatch):
+    import time
+
+    runs = _slow_original(monkeypatch)
+    model = parse(MODEL)
+    check = OutputCheck.prepare(model, {"x": (2, 3)}, background=True)
+    assert check.expected and not runs  # still running
+    started = time.perf_counter()
+    out, report = run_passes(model, _steps(Cleanup(), DoublesRelu()), check, PassContext())
+    (original, rewrite) = runs
+    assert original[0] < started < original[1] <= rewrite[0]  # passes overlapped it
+    assert [r.check for r in report.passes] == [
+        "passed (exact), in one check after pass 2 (passes 1, 2)"] * 2
+    assert report.check.enabled
+
+
+def test_an_original_that_turns_out_not_to_run_leaves_the_deferred_passes_unchecked(
+        monkeypatch):
+    _slow_original(monkeypatch)
+    check = OutputCheck.prepare(FROBNICATES, {"x": (2, 3)}, background=True)
+    assert check.expected
+    out, report = run_passes(FROBNICATES, _steps(Cleanup(), DoublesRelu()), check,
+                             PassContext())
+    assert [(r.status, r.check) for r in report.passes] == [(APPLIED, "skipped")] * 2
+    assert not report.check.enabled
+    assert report.check.skipped_reason.startswith("not checkable: Frobnicate (acme)")
+    assert ops(out) == ["Relu", "Relu", "Frobnicate"]
+
+
+def test_a_failure_of_the_users_setup_in_the_background_is_raised_where_the_check_is_used(
+        monkeypatch):
+    from graphfix.runtime import outputs
+
+    def refuses(model, feeds, providers=("cpu",), basic=False):
+        raise GraphfixError("no such provider", "because", "fix it")
+
+    monkeypatch.setattr(outputs, "run_checkable", refuses)
+    check = OutputCheck.prepare(parse(MODEL), {"x": (2, 3)}, background=True)
+    with pytest.raises(GraphfixError, match="no such provider"):
+        check.enabled  # noqa: B018
+
+
 def test_report_to_json_has_pipeline_tools_and_records():
     model = parse(MODEL)
     _, report = run_pipeline(

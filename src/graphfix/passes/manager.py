@@ -321,6 +321,11 @@ class _Runner:
         _verify_deferred(self.state, self.verifier, model)
         if not self.pending:
             return
+        if not self.output_check.enabled:  # the original turned out not to run: no check
+            for record in self.pending:
+                record.check = "skipped"
+            self.pending, self.keeps = [], []
+            return
         at, (base, checked) = self.pending[-1], self.base
         if all(self.keeps) and same_computation(base, model, self.state.digests):
             first = self.pending[0].index + 1
@@ -529,8 +534,8 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
         # it only removes or shares what computes the same: its structural checks are
         # made on the model of a later pass (`_verify_deferred`), and so is its output
         # check (`_Runner._check_pending`)
-        record.check = DEFERRED if output_check.enabled else "skipped"
-        if output_check.enabled:
+        record.check = DEFERRED if output_check.expected else "skipped"
+        if output_check.expected:
             state.last_check = (DEFERRED, None)
         state.accept_unverified(candidate, record)
         record.status = APPLIED
@@ -546,7 +551,7 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
             return _rolled_back(record, INVALID, "the pass changes the graph outputs but "
                                 "does not say how it verified them", state, t0)
         record.check = f"verified by the pass: {result.verified}"
-    elif output_check.enabled and defer:
+    elif defer and output_check.expected:  # not waiting for the original's run
         record.check = DEFERRED  # one check covers it (`_Runner._check_pending`)
         state.last_check = (DEFERRED, None)
     elif output_check.enabled and pass_.keeps_computation and same_computation(

@@ -19,6 +19,7 @@ before running it), the check is skipped with the reason.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -83,20 +84,67 @@ class OutputCheck:
         data: str = "",
     ) -> None:
         self.feeds = dict(feeds)
-        self.reference = reference
-        self.skipped_reason = skipped_reason
+        self._reference = reference
+        self._skipped = skipped_reason
         self.providers = tuple(providers)
         self.seed = seed
         self.data = data
-        self.floors: dict[str, float] = {}  # output -> the model's noise floor (max abs)
-        self.unstable: dict[str, str] = {}  # output -> why it is not judged on this sample
+        self._floors: dict[str, float] = {}  # output -> the model's noise floor (max abs)
+        self._unstable: dict[str, str] = {}  # output -> why it is not judged on this sample
         # the model whose floor a failing check measures (`verify`), until it is measured
         self.floor_of: onnx.ModelProto | None = None
         self.floor_measured = False
+        # the thread running the original (`prepare(background=True)`), and what it raised
+        self._worker: threading.Thread | None = None
+        self._failure: BaseException | None = None
+
+    def _settled(self) -> None:
+        """Wait for the original's run in the background, if one is under way; raise
+        what it raised (a GraphfixError: the user's setup, e.g. a provider)."""
+        worker = self._worker
+        if worker is not None and worker is not threading.current_thread():
+            worker.join()
+            self._worker = None
+        if self._failure is not None:
+            raise self._failure
+
+    def join(self) -> None:
+        """Wait for the original's run in the background to end, raising nothing (a
+        caller that stops early: its own error is the one to report)."""
+        worker = self._worker
+        if worker is not None and worker is not threading.current_thread():
+            worker.join()
+
+    @property
+    def reference(self) -> Mapping[str, np.ndarray] | None:
+        self._settled()
+        return self._reference
+
+    @property
+    def skipped_reason(self) -> str:
+        self._settled()
+        return self._skipped
+
+    @property
+    def floors(self) -> dict[str, float]:
+        self._settled()
+        return self._floors
+
+    @property
+    def unstable(self) -> dict[str, str]:
+        self._settled()
+        return self._unstable
 
     @property
     def enabled(self) -> bool:
         return self.reference is not None
+
+    @property
+    def expected(self) -> bool:
+        """Whether the check is on or may be: `enabled` without waiting for the original
+        to finish running in the background (a check that turns out disabled then skips
+        what it was expected to check)."""
+        return self._worker is not None or self._reference is not None
 
     @classmethod
     def prepare(
@@ -107,10 +155,17 @@ class OutputCheck:
         seed: int = DEFAULT_SEED,
         providers: Sequence[str] = ("cpu",),
         values: Mapping[str, InputValue] | None = None,
+        background: bool = False,
     ) -> OutputCheck:
         """Make the inputs and run the original; a model onnxruntime cannot run is skipped,
         with why (`runtime.failures`). Inputs: the first run's worth of `data` (anything
-        `open_data` reads), else `model_feeds` (seeded; `values` fixes inputs)."""
+        `open_data` reads), else `model_feeds` (seeded; `values` fixes inputs).
+
+        With `background`, the original runs in a thread (onnxruntime releases the GIL)
+        while the caller goes on (the passes of `graphfix run`: Mask R-CNN's 1.2 s run
+        then costs 0.5 s on 2 cores); what needs its outputs waits for it, and
+        `expected` tells what may be checked without waiting. `model` must not change
+        while it runs."""
         if data is not None:
             from graphfix.runtime.data import first_feeds
 
@@ -120,24 +175,41 @@ class OutputCheck:
                 feeds, used_seed = model_feeds(model, shapes, seed, values), seed
             except NoTestData as err:  # an input dtype onnxruntime cannot take
                 return cls({}, None, f"{err.what}: {err.why}", providers, seed)
+        check = cls(feeds, None, "", providers, used_seed, str(data or ""))
+        if not background:
+            check._run_original(model)
+            return check
+
+        def run() -> None:
+            try:
+                check._run_original(model)
+            except BaseException as err:  # noqa: BLE001 - raised where the check is used
+                check._failure = err
+
+        check._worker = threading.Thread(target=run, name="graphfix-original", daemon=True)
+        check._worker.start()
+        return check
+
+    def _run_original(self, model: onnx.ModelProto) -> None:
+        """The reference outputs (and the floor, when measured at once), or why there
+        are none."""
         try:
-            reference = run_checkable(model, feeds, providers)
+            self._reference = run_checkable(model, self.feeds, self.providers)
         except TooMuchWork as err:  # a Loop that would never finish: checked before running
-            return cls(feeds, None, f"{err.what}: {err.why}", providers, used_seed,
-                       str(data or ""))
+            self._skipped = f"{err.what}: {err.why}"
+            return
         except NotCheckable as err:
-            reason = (f"{err}: onnxruntime cannot run it and graphfix has no reference form "
-                      "for it (docs/references.md)")
-            return cls(feeds, None, reason, providers, used_seed, str(data or ""))
+            self._skipped = (f"{err}: onnxruntime cannot run it and graphfix has no "
+                             "reference form for it (docs/references.md)")
+            return
         except GraphfixError:  # the user's setup (a provider onnxruntime lacks), not the model
             raise
         except Exception as err:  # onnxruntime raises many types; all mean "cannot run it"
-            source = f"the data in '{data}'" if data is not None else "seeded random inputs"
-            reason = cannot_run(model, feeds, err, source, providers)
-            return cls(feeds, None, reason, providers, used_seed, str(data or ""))
-        check = cls(feeds, reference, "", providers, used_seed, str(data or ""))
-        check._floor_when_needed(model)
-        return check
+            source = (f"the data in '{self.data}'" if self.data else
+                      "seeded random inputs")
+            self._skipped = cannot_run(model, self.feeds, err, source, self.providers)
+            return
+        self._floor_when_needed(model)
 
     def rebased(self, model: onnx.ModelProto) -> OutputCheck:
         """The check with `model`'s outputs as the reference, on the same inputs (after
