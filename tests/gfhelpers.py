@@ -231,3 +231,17 @@ def ort_optimized(model: onnx.ModelProto, path, level: str = "basic") -> onnx.Mo
     so.log_severity_level = 4
     ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return onnx.load(str(path))
+
+
+def spy(monkeypatch, owner, name: str, record) -> list:
+    """Replace `owner.name` (a function or method) by one that appends `record(*args,
+    **kwargs)` to the returned list, then calls the original."""
+    original = getattr(owner, name)
+    seen: list = []
+
+    def spied(*args, **kwargs):
+        seen.append(record(*args, **kwargs))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, spied)
+    return seen

@@ -3,7 +3,7 @@ a graph in one session, with what onnx-graphsurgeon's folding got wrong put righ
 
 import numpy as np
 import onnx
-from gfhelpers import apply, assert_idempotent, assert_same_outputs, feeds_for, ops, parse
+from gfhelpers import apply, assert_idempotent, assert_same_outputs, feeds_for, ops, parse, spy
 
 from graphfix.passes import _fold_closure
 from graphfix.passes.fold_constants import FoldConstants, FoldConstantsOptions
@@ -13,15 +13,7 @@ HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
 
 def _count_sessions(monkeypatch) -> list[list[str]]:
     """Records the outputs each evaluation session was asked for."""
-    asked: list[list[str]] = []
-    run = _fold_closure.run_closure
-
-    def counting(model, names):
-        asked.append(list(names))
-        return run(model, names)
-
-    monkeypatch.setattr(_fold_closure, "run_closure", counting)
-    return asked
+    return spy(monkeypatch, _fold_closure, "run_closure", lambda model, names: list(names))
 
 
 def test_the_whole_constant_part_is_one_session_and_only_its_frontier_is_asked(monkeypatch):

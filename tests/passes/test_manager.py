@@ -4,7 +4,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 import pytest
-from gfhelpers import feeds_for, ops, parse
+from gfhelpers import feeds_for, ops, parse, spy
 
 from graphfix.errors import GraphfixError
 from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
@@ -574,15 +574,7 @@ class BreaksCheckerQuietly(BreaksChecker):
 def _counting_verifier(monkeypatch):
     from graphfix.passes.manager import Verifier
 
-    seen = []
-    problem = Verifier.problem
-
-    def counted(self, model):
-        seen.append(ops(model))
-        return problem(self, model)
-
-    monkeypatch.setattr(Verifier, "problem", counted)
-    return seen
+    return spy(monkeypatch, Verifier, "problem", lambda self, model: ops(model))
 
 
 @pytest.mark.parametrize("checked", [True, False])
