@@ -73,3 +73,32 @@ def test_bad_input_exits_2(tmp_path):
     result = runner.invoke(app, ["check", str(ref), str(junk)])
     assert result.exit_code == 2 and "error:" in result.stderr
     assert runner.invoke(app, ["check", str(ref), str(ref), "--mode", "fuzzy"]).exit_code == 2
+
+
+def _relu_then(out: str, op: str = "Relu", shape=(2,)) -> onnx.ModelProto:
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"])]
+    nodes.append(helper.make_node("Concat", ["r", "r"], [out], axis=0) if op == "Concat"
+                 else helper.make_node(op, ["r"], [out]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [2])], [helper.make_tensor_value_info(
+            out, TensorProto.FLOAT, list(shape))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_check_that_compares_no_graph_output_fails_and_says_why(tmp_path):
+    ref = _write(tmp_path, "ref.onnx", _relu_then("y", "Abs"))
+    cases = {"renamed.onnx": (_relu_then("z", "Abs"), "'y' (only in reference)"),
+             "reshaped.onnx": (_relu_then("y", "Concat", (4,)), "'y' (not comparable")}
+    for name, (model, why) in cases.items():
+        cand = _write(tmp_path, name, model)
+        result = runner.invoke(app, ["check", str(ref), str(cand)])
+        assert result.exit_code == 1, result.output
+        text = " ".join(result.stdout.split())
+        assert f"graph output(s) not compared: {why}" in text
+        assert "check FAILED: graph output(s) not compared: y" in text
+        data = json.loads(runner.invoke(app, ["check", str(ref), str(cand), "--json"]).stdout)
+        assert data["passed"] is False and data["first_divergence"] is None
+    same = _write(tmp_path, "same.onnx", _relu_then("y", "Abs"))
+    assert runner.invoke(app, ["check", str(ref), str(same)]).exit_code == 0

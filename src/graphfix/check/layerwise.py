@@ -113,13 +113,19 @@ class LayerwiseReport:
     # calibrate --exclude-nodes names, sqnr mode (`_exclude_names`)
     exclude_nodes: list[str] = field(default_factory=list)
     doctor: dict | None = None  # graphfix.doctor/1 of the candidate (check --trt)
+    # graph outputs of the reference neither compared nor judged ill-conditioned (only in
+    # the reference, or not comparable): the check cannot say the models agree
+    uncompared_outputs: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        """The check's verdict: strict mode, every compared tensor agrees; sqnr mode (a
+        """The check's verdict: strict mode, every compared tensor agrees and every graph
+        output was compared (or is ill-conditioned on the samples); sqnr mode (a
         quantized candidate is expected to differ), every graph output meets the SQNR
         threshold."""
-        return self.outputs_ok if self.mode == "sqnr" else self.first_divergence is None
+        if self.mode == "sqnr":
+            return self.outputs_ok
+        return self.first_divergence is None and not self.uncompared_outputs
 
     def tensor(self, name: str) -> TensorResult:
         """The result for reference tensor `name` (KeyError when it has none)."""
@@ -285,9 +291,19 @@ def compare_layerwise(
         notes.append(f"no node amplifies the error {min_amplification:g}x or more: it grows "
                      "gradually; start at the first divergence, "
                      f"{first.node} ({first.name})")
+    uncompared = [outputs[o.name] for o in reference.graph.output
+                  if o.name in outputs and outputs[o.name].ok is None
+                  and outputs[o.name].status is not TensorStatus.ILL_CONDITIONED]
+    if uncompared:
+        notes.append("graph output(s) not compared: " + ", ".join(
+            f"'{t.name}' ({t.describe_status()})" for t in uncompared)
+            + "; a check that does not compare the model's outputs cannot say the models "
+            "agree: give the candidate the reference's output names and shapes (graphfix "
+            "run keeps them)")
     report = LayerwiseReport(mode, len(samples), results, first, origins, outputs_ok, total,
                              notes, sqnr_threshold,
                              "tensorrt" if engine is not None else "onnxruntime")
+    report.uncompared_outputs = [t.name for t in uncompared]
     report.exclude_nodes = _exclude_names(report, given_candidate)
     return report
 

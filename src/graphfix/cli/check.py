@@ -141,7 +141,11 @@ def _print(result, shown: int) -> None:
     if exclude:
         console.print("to keep the most sensitive layers in float: graphfix calibrate ... "
                       f"--exclude-nodes {','.join(exclude)}", markup=False)
-    if first is None:
+    if first is None and not result.passed and result.uncompared_outputs:
+        console.print("check FAILED: graph output(s) not compared: "
+                      + ", ".join(result.uncompared_outputs) + " (see the note)",
+                      style="bold red", markup=False)
+    elif first is None:
         verdict = ("every compared tensor agrees" if result.mode == "strict" else
                    f"every compared tensor is at or above {result.sqnr_threshold:g} dB SQNR")
         unjudged = sum(t.status is TensorStatus.ILL_CONDITIONED for t in result.tensors)
