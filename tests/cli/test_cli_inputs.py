@@ -90,6 +90,23 @@ def test_run_data_is_read_like_check_data_and_fixes_the_shapes(tmp_path):
     assert "over 2 sample(s)" in checked.output
 
 
+def test_run_takes_data_key_where_its_error_asks_for_it(tmp_path):
+    src = _save(tmp_path, DYNAMIC)
+    data = tmp_path / "x.npz"
+    np.savez(data, calib=np.zeros((2, 7), np.float32), test=np.ones((3, 7), np.float32))
+    base = ["run", str(src), "-p", "cleanup", "--data", str(data)]
+    unkeyed = runner.invoke(app, base)
+    assert unkeyed.exit_code == 2 and "--data-key" in unkeyed.stderr
+    report = tmp_path / "r.json"
+    keyed = runner.invoke(app, [*base, "--data-key", "test", "--report", str(report)])
+    assert keyed.exit_code == 0, keyed.output
+    assert json.loads(report.read_text())["check"]["inputs"] == {"x": "float32[3x7]"}
+    wrong = runner.invoke(app, [*base, "--data-key", "nope"])
+    assert wrong.exit_code == 2 and "has no array 'nope'" in " ".join(wrong.stderr.split())
+    bisected = runner.invoke(app, [*base, "--data-key", "test", "--bisect"])
+    assert bisected.exit_code == 0, bisected.output
+
+
 def test_data_for_a_model_with_state_whose_axis_0_is_not_a_batch(tmp_path):
     """state [2, 1, 128] beside input [1, 512]: one sample is the whole state array (the
     loader used to ask for a --batch-size 2 that `check` does not have)."""

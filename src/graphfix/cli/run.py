@@ -50,6 +50,7 @@ def run_command(
     strict: bool = typer.Option(False, "--strict", help="Exit 1 when any pass was rolled back."),
     input_shape: list[str] = opt.input_shape(),
     data: Path = opt.data(),
+    data_key: str = opt.data_key(),
     input_value: list[str] = opt.input_value(),
     seed: int = opt.seed(),
     providers: str = opt.providers(),
@@ -97,7 +98,8 @@ def run_command(
         opt.check_fail_on(fail_on)
         pipeline = parse_pipeline(passes if passes is not None else default_pipeline(trt))
         shapes = dict(parse_input_shape(s) for s in input_shape or [])
-        options = dict(check=check, check_each=check_each_pass, input_shapes=shapes, data=data,
+        options = dict(check=check, check_each=check_each_pass, data_key=data_key,
+                       input_shapes=shapes, data=data,
                        input_values=input_values(input_value), seed=seed,
                        providers=providers, trt=trt, max_rewrites=max_rewrites,
                        plugin_rules=plugin_rules or ())

@@ -156,10 +156,12 @@ class OutputCheck:
         providers: Sequence[str] = ("cpu",),
         values: Mapping[str, InputValue] | None = None,
         background: bool = False,
+        data_key: str | None = None,
     ) -> OutputCheck:
         """Make the inputs and run the original; a model onnxruntime cannot run is skipped,
         with why (`runtime.failures`). Inputs: the first run's worth of `data` (anything
-        `open_data` reads), else `model_feeds` (seeded; `values` fixes inputs).
+        `open_data` reads; `data_key` picks a single .npz's array), else `model_feeds`
+        (seeded; `values` fixes inputs).
 
         With `background`, the original runs in a thread (onnxruntime releases the GIL)
         while the caller goes on (the passes of `graphfix run`: Mask R-CNN's 1.2 s run
@@ -169,7 +171,8 @@ class OutputCheck:
         if data is not None:
             from graphfix.runtime.data import first_feeds
 
-            feeds, used_seed = with_values(model, first_feeds(data, model), values), None
+            feeds = first_feeds(data, model, data_key=data_key)
+            feeds, used_seed = with_values(model, feeds, values), None
         else:
             try:
                 feeds, used_seed = model_feeds(model, shapes, seed, values), seed
