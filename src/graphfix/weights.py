@@ -240,10 +240,11 @@ def session_bytes(model: onnx.ModelProto, options) -> tuple[bytes | None, list]:
             if not any(tensor is t for t in copy.graph.initializer):
                 _read_into(tensor)
         model, main = copy, [t for t in copy.graph.initializer if is_deferred(t)]
-    bases = [reference(t)[BASE_KEY] for t in main]
+    refs = [reference(t) for t in main]
+    bases = [ref[BASE_KEY] for ref in refs]
     by_dir: dict[str, int] = {}
-    for t, base in zip(main, bases, strict=True):
-        by_dir[base] = by_dir.get(base, 0) + int(reference(t).get("length", "0"))
+    for ref, base in zip(refs, bases, strict=True):
+        by_dir[base] = by_dir.get(base, 0) + int(ref.get("length", "0"))
     values = []
     if by_dir:  # none when every deferred tensor was an attribute's, read above
         folder = max(by_dir, key=by_dir.__getitem__)

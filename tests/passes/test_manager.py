@@ -490,25 +490,18 @@ class DoublesRelu(_TestPass):
         return PassResult(changed=True)
 
 
-def _counting(check):
-    calls = []
-    verify = check.verify
-
-    def counted(model):
-        calls.append(ops(model))
-        return verify(model)
-
-    check.verify = counted
-    return check, calls
+def _counting(monkeypatch, check):
+    """The check, and the models its `verify` runs (as op lists)."""
+    return check, spy(monkeypatch, check, "verify", ops)
 
 
 def _steps(*passes):
     return [(p.name, p) for p in passes]
 
 
-def test_one_run_of_the_model_checks_every_pass_that_changes_numbers():
+def test_one_run_of_the_model_checks_every_pass_that_changes_numbers(monkeypatch):
     model = parse(MODEL)
-    check, calls = _counting(check_for(model))
+    check, calls = _counting(monkeypatch, check_for(model))
     out, report = run_passes(model, _steps(DoublesRelu(), DoublesRelu(), Cleanup()), check,
                              PassContext())
     assert calls == [["Relu", "Relu", "Relu", "Sigmoid"]]  # the last model, once
@@ -518,17 +511,17 @@ def test_one_run_of_the_model_checks_every_pass_that_changes_numbers():
     assert [r.max_abs_error for r in report.passes] == [None, None, 0.0]
     assert ops(out) == ["Relu", "Relu", "Relu", "Sigmoid"]
 
-    check, calls = _counting(check_for(model))
+    check, calls = _counting(monkeypatch, check_for(model))
     _, each = run_passes(model, _steps(DoublesRelu(), DoublesRelu(), Cleanup()), check,
                          PassContext(), check_each=True)
     assert len(calls) == 2  # cleanup is shown the same from the graph
     assert [r.check for r in each.passes][:2] == ["passed (exact)"] * 2
 
 
-def test_when_the_one_check_fails_the_run_is_repeated_checking_each_pass():
+def test_when_the_one_check_fails_the_run_is_repeated_checking_each_pass(monkeypatch):
     model = parse(MODEL)
     steps = _steps(DoublesRelu(), BreaksNumbers(), DoublesRelu())
-    check, calls = _counting(check_for(model))
+    check, calls = _counting(monkeypatch, check_for(model))
     seen = []
     out, report = run_passes(model, steps, check, PassContext(),
                              on_pass_done=lambda rec, m: seen.append((rec.index, rec.status)))
@@ -553,9 +546,9 @@ def test_a_pass_that_changes_the_outputs_is_preceded_by_the_check_of_the_passes_
     assert [o.name for o in out.graph.output] == ["r"]
 
 
-def test_a_batch_of_passes_that_keep_the_computation_is_shown_the_same_without_a_run():
+def test_a_batch_of_passes_that_keep_the_computation_is_shown_the_same_without_a_run(monkeypatch):
     model = parse(MODEL)
-    check, calls = _counting(check_for(model))
+    check, calls = _counting(monkeypatch, check_for(model))
     _, report = run_passes(model, _steps(Cleanup(), Cleanup()), check, PassContext())
     assert calls == []
     (rec, again) = report.passes

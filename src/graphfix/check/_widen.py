@@ -75,12 +75,11 @@ def _carried_error(producer: Producer, tallies: Mapping[str, Tally], sample: int
     count = _COPIES[producer.op] or len(producer.inputs)
     errors = []
     for k, name in enumerate(producer.inputs):
-        tally = tallies.get(name)
         if k < count:
-            if tally is None or tally.oks.get(sample) is not True:
+            if not _agrees(tallies, name, sample):
                 return None
-            errors.append(tally.abs_errors.get(sample, 0.0))
-        elif tally is not None and tally.oks.get(sample) is False:
+            errors.append(tallies[name].abs_errors.get(sample, 0.0))
+        elif name in tallies and tallies[name].oks.get(sample) is False:
             return None
     return max(errors, default=None)
 
@@ -92,9 +91,9 @@ def _grown_error(producer: Producer, tallies: Mapping[str, Tally], sample: int
     there; else None."""
     if len(producer.inputs) != 2:
         return None
-    pair = [tallies.get(name) for name in producer.inputs]
-    if any(t is None or t.oks.get(sample) is not True for t in pair):
+    if not all(_agrees(tallies, name, sample) for name in producer.inputs):
         return None
+    pair = [tallies[name] for name in producer.inputs]
     (da, db), (sa, sb) = ([t.abs_errors[sample] for t in pair],
                           [t.scales[sample] for t in pair])
     if producer.op == "Mul":

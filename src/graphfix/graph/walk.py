@@ -38,8 +38,7 @@ def _bodies(node: gs.Node) -> Iterator[gs.Graph]:
 
 
 def names_in_use(graph: gs.Graph) -> set[str]:
-    """Every tensor name in the graph and its subgraphs (what `fresh_name` must avoid).
-    """
+    """Every tensor name in the graph and its subgraphs (what `fresh_name` must avoid)."""
     names: set[str] = set()
     for g in all_graphs(graph):
         names.update(tensor_map(g))

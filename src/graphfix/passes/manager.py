@@ -246,7 +246,7 @@ class _Runner:
         self.start = time.perf_counter()
         self.batched = batched
         self.pending: list[PassRecord] = []  # applied with their output check deferred
-        self.keeps: list[bool] = []  # whether each pending pass keeps the computation
+        self.pending_keep = True  # every pending pass keeps the computation
         # the last model checked before the pending passes, and its check (text, max abs)
         self.base: tuple[onnx.ModelProto, tuple[str, float | None]] | None = None
         self.held: list[tuple[PassRecord, onnx.ModelProto]] = []  # on_pass_done, batched
@@ -274,7 +274,7 @@ class _Runner:
             if not self.pending:
                 self.base = (before, checked)
             self.pending.append(record)
-            self.keeps.append(pass_.keeps_computation)
+            self.pending_keep = self.pending_keep and pass_.keeps_computation
         if record.status == APPLIED and pass_.changes_outputs and self.output_check.enabled:
             self._check_pending(before)
             self._note_unjudged()
@@ -319,35 +319,34 @@ class _Runner:
         pass applied after the first deferred one is deferred), for all of them: each
         record says it passed, or _BatchFailed. The structural checks first."""
         _verify_deferred(self.state, self.verifier, model)
-        if not self.pending:
+        pending, keep = self.pending, self.pending_keep
+        self.pending, self.pending_keep = [], True
+        if not pending:
             return
         if not self.output_check.enabled:  # the original turned out not to run: no check
-            for record in self.pending:
+            for record in pending:
                 record.check = "skipped"
-            self.pending, self.keeps = [], []
             return
-        at, (base, checked) = self.pending[-1], self.base
-        if all(self.keeps) and same_computation(base, model, self.state.digests):
-            first = self.pending[0].index + 1
-            for record in self.pending:
-                record.check = (_shown_same(checked) if len(self.pending) == 1 else
+        at, (base, checked) = pending[-1], self.base
+        if keep and same_computation(base, model, self.state.digests):
+            first = pending[0].index + 1
+            for record in pending:
+                record.check = (_shown_same(checked) if len(pending) == 1 else
                                 _shown_same(checked, f"before pass {first}"))
                 record.max_abs_error = checked[1]
             self.state.last_check = checked
-            self.pending, self.keeps = [], []
             return
         outcome = self.output_check.verify(model)
-        specs = [r.spec for r in self.pending]
         if not outcome.ok:
-            raise _BatchFailed("output check", at, specs, outcome.describe())
+            raise _BatchFailed("output check", at, [r.spec for r in pending],
+                               outcome.describe())
         text = outcome.describe()
-        numbers = ", ".join(str(r.index + 1) for r in self.pending)
-        for record in self.pending:
-            record.check = text if len(self.pending) == 1 else (
+        numbers = ", ".join(str(r.index + 1) for r in pending)
+        for record in pending:
+            record.check = text if len(pending) == 1 else (
                 f"{text}, in one check after pass {at.index + 1} (passes {numbers})")
-        self.pending[-1].max_abs_error = outcome.max_abs
+        pending[-1].max_abs_error = outcome.max_abs
         self.state.last_check = (text, outcome.max_abs)
-        self.pending, self.keeps = [], []
 
     def rounds(self, name: str, steps: list[tuple[str, Pass]], max_rounds: int) -> None:
         for round_ in range(1, max_rounds + 1):
@@ -530,19 +529,10 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
         where = f" (after {', '.join(ran_before)})" if ran_before else " (the first pass)"
         record.traceback = traceback.format_exc()
         return _rolled_back(record, RAISED, f"{type(err).__name__}: {err}{where}", state, t0)
-    if defer and pass_.keeps_computation and not pass_.changes_outputs:
-        # it only removes or shares what computes the same: its structural checks are
-        # made on the model of a later pass (`_verify_deferred`), and so is its output
-        # check (`_Runner._check_pending`)
-        record.check = DEFERRED if output_check.expected else "skipped"
-        if output_check.expected:
-            state.last_check = (DEFERRED, None)
-        state.accept_unverified(candidate, record)
-        record.status = APPLIED
-        record.nodes_after = count_nodes(graph)
-        record.seconds = time.perf_counter() - t0
-        return record
-    problem = verifier.problem(candidate)
+    # a pass that only removes or shares what computes the same has its structural checks
+    # made on the model of a later pass (`_verify_deferred`)
+    checked_later = defer and pass_.keeps_computation and not pass_.changes_outputs
+    problem = None if checked_later else verifier.problem(candidate)
     if problem:
         record.rejected = candidate
         return _rolled_back(record, INVALID, problem, state, t0)
@@ -568,7 +558,10 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
         state.last_check = (record.check, record.max_abs_error)
     else:
         record.check = "skipped"
-    state.accept(candidate, verifier.inferred)
+    if checked_later:
+        state.accept_unverified(candidate, record)
+    else:
+        state.accept(candidate, verifier.inferred)
     record.status = APPLIED
     record.nodes_after = count_nodes(graph)
     record.seconds = time.perf_counter() - t0

@@ -101,19 +101,18 @@ class OutputCheck:
     def _settled(self) -> None:
         """Wait for the original's run in the background, if one is under way; raise
         what it raised (a GraphfixError: the user's setup, e.g. a provider)."""
-        worker = self._worker
-        if worker is not None and worker is not threading.current_thread():
-            worker.join()
-            self._worker = None
+        self.join()
         if self._failure is not None:
             raise self._failure
 
     def join(self) -> None:
         """Wait for the original's run in the background to end, raising nothing (a
-        caller that stops early: its own error is the one to report)."""
+        caller that stops early: its own error is the one to report). The worker itself
+        does not wait (`measure_floor` runs in it)."""
         worker = self._worker
         if worker is not None and worker is not threading.current_thread():
             worker.join()
+            self._worker = None
 
     @property
     def reference(self) -> Mapping[str, np.ndarray] | None:
