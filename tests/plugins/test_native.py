@@ -291,12 +291,27 @@ def test_modulated_deform_conv(stride, pad, dil, group, dg, bias):
                                rtol=1e-5, atol=1e-5)
 
 
+def test_modulated_deform_conv_below_opset_19_runs_the_numpy_kernel():
+    """No DeformConv before opset 19: the check computes the plugin with plugins.deform's
+    kernel, which agrees with the plugin kernel's transcription."""
+    feeds = dcn_case(1, 1, 4, (5, 6), 4, 3, 1, 1, 1, 2, 2, True)
+    node = plugin("ModulatedDeformConv2d", ["x", "off", "mask", "w", "b"], stride=[1, 1],
+                  padding=[1, 1], dilation=[1, 1], group=2, deformable_group=2,
+                  plugin_version="2")
+    m = model([node], [(k, F, v.shape) for k, v in feeds.items()], [("y", F)], 17)
+    sub = references.substitute(m)
+    assert sub.replaced == ["ModulatedDeformConv2d 'modulateddeformconv2d' -> numpy kernel"]
+    assert sub.not_checkable == []
+    y = references.run(sub, feeds)["y"]
+    want = numpy_modulated_deform_conv(feeds["x"], feeds["off"], feeds["mask"], feeds["w"],
+                                       feeds["b"], 1, 1, 1, 2, 2)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("opset, attrs, why", [
     (19, {"stride": [2, 1]}, "asymmetric {'stride': [2, 1], 'padding': [0, 0], 'dilation': "
                              "[1, 1]}: the plugin reads these as [W, H], TensorRT's DeformConv "
                              "importer passes [H, W]"),
-    (17, {}, "DeformConv needs ONNX opset >= 19, the model imports 17: convert it first "
-             "(graphfix run --passes opset{version=19})"),
     (19, {"deformable_group": None}, "ModulatedDeformConv2d requires the attributes "
                                      "deformable_group (its creator fails without them)"),
 ])

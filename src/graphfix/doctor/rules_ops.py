@@ -66,10 +66,13 @@ def _unsupported_fix(op: str, target: TrtTarget) -> str:
              and row.supported]
     newer = f"TensorRT {later[0]} supports it; otherwise " if later else ""
     from graphfix.plugins.lowering import lowering_for  # onnx-graphsurgeon, only when needed
+    from graphfix.plugins.substitute import substitution_advice
 
     if lowering_for(op, target) is not None:
         return (f"{newer}lower-unsupported rewrites it into ops this version parses: "
                 f"graphfix run model.onnx --trt {target.effective} --passes lower-unsupported")
+    if advice := substitution_advice("", op, target):
+        return f"{newer}{advice}"
     return (f"{newer}rewrite that part of the model before export or "
             "implement the op as a TensorRT plugin")
 

@@ -199,14 +199,18 @@ def _unknown(domain: str, op: str, refs: list[NodeRef], target: TrtTarget,
         newer = ""
     from_domain = (f" (TensorRT 10.10+ also reads the namespace from the node's domain "
                    f"'{domain}')" if domain and target.at_least("10.10") else "")
+    from graphfix.plugins.substitute import substitution_advice  # gs, only when needed
+
+    advice = substitution_advice(domain, op, target)
     return Finding(
         "custom-op-unknown", ERROR,
         f"{why}; parsing fails unless a plugin creator named {op} is registered",
         nodes=_nodes(refs), op=_qualified(domain, op),
         fact=f"onnx_parser_plugin_rules.fallback_importer: {rules.get('fallback_importer', '')}",
-        fix=(f"{newer}build a TensorRT plugin whose creator is named '{op}', version "
-             f"'{version}', namespace '{namespace}'{from_domain}, and load its library "
-             "before parsing; or rewrite the op into ONNX ops before export"),
+        fix=(f"{advice}; otherwise " if advice else "")
+        + (f"{newer}build a TensorRT plugin whose creator is named '{op}', version "
+           f"'{version}', namespace '{namespace}'{from_domain}, and load its library "
+           "before parsing; or rewrite the op into ONNX ops before export"),
     )
 
 

@@ -36,6 +36,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from graphfix.plugins.deform import plugin_kernel
 from graphfix.plugins.native_common import (
     emitter_for,
     inputs_of,
@@ -48,6 +49,7 @@ from graphfix.runtime.references import (
     PLUGIN_DOMAIN,
     Decompose,
     Decomposition,
+    Kernel,
     Registration,
     Unavailable,
     attributes,
@@ -183,8 +185,8 @@ def deform_conv(node: onnx.NodeProto, opset: int) -> Decomposition:
     deformable group, bilinear samples outside (-1, H) x (-1, W) are 0, times the mask.
     The kernel launcher reads stride/padding/dilation as [W, H] while TensorRT's ONNX
     DeformConv importer passes ONNX's [H, W] to this same plugin, so an asymmetric value
-    cannot keep the plugin's numbers in both onnxruntime and TensorRT: Unavailable."""
-    require_opset(opset, 19, "DeformConv")
+    cannot keep the plugin's numbers in both onnxruntime and TensorRT: Unavailable. Below
+    opset 19 the check computes it with `plugins.deform`'s numpy kernel instead."""
     inputs = inputs_of(node, (4, 5))
     a = attributes(node)
     require(a, ("stride", "padding", "dilation", "group", "deformable_group"), node.op_type)
@@ -198,6 +200,7 @@ def deform_conv(node: onnx.NodeProto, opset: int) -> Decomposition:
     group, offset_group = int(np.ravel(a["group"])[0]), int(np.ravel(a["deformable_group"])[0])
     if stride <= 0 or dilation <= 0 or pad < 0 or group <= 0 or offset_group <= 0:
         raise Unavailable("the plugin rejects these attribute values")
+    require_opset(opset, 19, "DeformConv")  # below 19 the check uses deform.plugin_kernel
     x, offset, mask, weight = inputs[:4]
     bias = inputs[4] if len(inputs) == 5 else ""
     em = emitter_for(node, opset)
@@ -299,6 +302,7 @@ class Migration:
     versions: tuple[str, ...]
     native: str
     build: Callable[[onnx.NodeProto, int], Decomposition]
+    fallback: Kernel | None = None  # the check's numpy form where build needs a newer opset
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -308,7 +312,8 @@ MIGRATIONS: tuple[Migration, ...] = (
               "GroupNormalization (its InstanceNormalization form below opset 21)", group_norm),
     Migration("ScatterND", ("1",), "ScatterND", scatter_nd),
     Migration("ROIAlign_TRT", ("1", "2"), "RoiAlign", roi_align),
-    Migration("ModulatedDeformConv2d", ("1", "2"), "DeformConv", deform_conv),
+    Migration("ModulatedDeformConv2d", ("1", "2"), "DeformConv", deform_conv,
+              Kernel(plugin_kernel)),
     Migration("Clip_TRT", ("1",), "Clip", clip),
     Migration("LReLU_TRT", ("1",), "LeakyRelu", leaky_relu),
     Migration("ResizeNearest_TRT", ("1",), "Resize", resize_nearest),
@@ -326,4 +331,5 @@ def migration_for(op_type: str, plugin_version: str = "1") -> Migration | None:
 
 
 REFERENCES: tuple[Registration, ...] = tuple(
-    Registration(PLUGIN_DOMAIN, m.op_type, Decompose(m.build), m.versions) for m in MIGRATIONS)
+    Registration(PLUGIN_DOMAIN, m.op_type, Decompose(m.build, m.fallback), m.versions)
+    for m in MIGRATIONS)

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 
 from graphfix.nms.onnxops import Emitter
-from graphfix.runtime.references import Unavailable, attributes
+from graphfix.runtime.references import NeedsOpset, Unavailable, attributes
 
 
 def scalar_attrs(node: onnx.NodeProto) -> dict[str, Any]:
@@ -29,8 +29,9 @@ def require(attrs: dict[str, Any], names: tuple[str, ...], plugin: str) -> None:
 
 
 def require_opset(opset: int, least: int, what: str) -> None:
+    """NeedsOpset below `least`: call it after the node's other checks (see NeedsOpset)."""
     if opset < least:
-        raise Unavailable(f"{what} needs ONNX opset >= {least}, the model imports {opset}: "
+        raise NeedsOpset(f"{what} needs ONNX opset >= {least}, the model imports {opset}: "
                           f"convert it first (graphfix run --passes opset{{version={least}}})")
 
 

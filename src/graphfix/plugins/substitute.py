@@ -22,13 +22,18 @@ operator table (`native`), not from version numbers written here:
   list ScatterND (8.0): from 8.2 the parser's builtin importer takes precedence over the
   plugin (trt_plugins.json).
 - `deformconv-to-plugin`: ONNX DeformConv (opset 19) -> ModulatedDeformConv2d (useful
-  before 10.1, where the parser has no DeformConv importer). Symmetric 2-D pads only; a
-  missing mask becomes a constant of ones when the output shape is static.
-- `mmcv-deformconv-to-plugin`: mmcv's `MMCVModulatedDeformConv2d` (domain "mmcv"; inputs
-  x, offset, mask, weight[, bias]; stride, padding, dilation, groups, deform_groups)
-  -> ModulatedDeformConv2d, on every version (no TensorRT parses that domain).
-  Written from mmcv's export signature as documented in trt_plugins.json's note; not
-  checked against an mmcv export here (mmcv is not installed).
+  before 10.1, where the parser has no DeformConv importer).
+- `mmcv-deformconv-to-plugin` / `mmcv-dcnv1-to-plugin`: mmcv's `MMCVModulatedDeformConv2d`
+  / `MMCVDeformConv2d` (domain "mmcv") -> ModulatedDeformConv2d, on every version (no
+  TensorRT parses that domain). Tested on exports made by mmcv 2.2.0's own symbolics.
+- `torchvision-deformconv-to-plugin`: `torchvision::deform_conv2d` as torch's TorchScript
+  exporter writes it with ONNX_FALLTHROUGH (nine constant scalar inputs), on every version.
+  torch's dynamo exporter writes ONNX DeformConv, which `deformconv-to-plugin` takes.
+
+For all four (`plugins.deform` has the forms' semantics): the same value for height and
+width of stride, padding and dilation, and symmetric pads (the plugin reads them as [W, H]
+while TensorRT's DeformConv importer passes [H, W]: only a square value means the same in
+both); a form without a mask gets a constant of ones, so the offset's shape must be static.
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph.rewire import constant_value
+from graphfix.plugins.deform import mmcv_params, torchvision_params
 from graphfix.plugins.rules import Match, Replacement, Rule
+from graphfix.runtime.references import Unavailable
 
 
 def _only_reader(tensor: gs.Tensor, op: str) -> gs.Node | None:
@@ -207,57 +214,121 @@ def _scatternd_rewrite(match: Match) -> Replacement:
 
 
 # ----------------------------------------------------------------------------- DeformConv
+# Every form becomes ModulatedDeformConv2d(x, offset, mask, weight [, bias]); a form without
+# a mask gets a constant of ones. `plugins.deform` documents the forms and their semantics.
+
+
+def _symmetry_refusal(params: dict) -> str | None:
+    """Why the plugin cannot take these DeformConv attributes, or None (see native.deform_conv:
+    the plugin reads [W, H] where TensorRT's importer passes [H, W])."""
+    strides, pads, dilations = params["strides"], params["pads"], params["dilations"]
+    if len(pads) != 4 or pads[0] != pads[2] or pads[1] != pads[3]:
+        return f"pads {pads}: the plugin takes symmetric 2-D padding only"
+    if strides[0] != strides[1] or dilations[0] != dilations[1] or pads[0] != pads[1]:
+        return (f"strides {strides}, pads {pads}, dilations {dilations} differ between height "
+                "and width: the plugin reads them as [W, H], TensorRT's DeformConv importer "
+                "passes [H, W]")
+    return None
+
+
+def _ones_mask_refusal(offset: gs.Tensor) -> str | None:
+    shape = offset.shape
+    if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape):
+        return "no mask input, and the offset's shape is not static to build one"
+    return None
+
+
+def _ones_mask(node: gs.Node, offset: gs.Tensor) -> gs.Constant:
+    n, channels, h, w = offset.shape
+    return _const(node, "mask", np.ones((n, channels // 2, h, w), np.float32))
+
+
+def _plugin_attributes(params: dict) -> dict:
+    return {"stride": list(params["strides"]), "padding": list(params["pads"][:2]),
+            "dilation": list(params["dilations"]), "group": params["group"],
+            "deformable_group": params["offset_group"]}
+
+
+def _onnx_params(node: gs.Node) -> dict:
+    return {"strides": list(node.attrs.get("strides", [1, 1])),
+            "pads": list(node.attrs.get("pads", [0, 0, 0, 0])),
+            "dilations": list(node.attrs.get("dilations", [1, 1])),
+            "group": int(node.attrs.get("group", 1)),
+            "offset_group": int(node.attrs.get("offset_group", 1))}
+
+
+def _present(node: gs.Node, index: int) -> gs.Tensor | None:
+    return node.inputs[index] if len(node.inputs) > index and node.inputs[index].name else None
 
 
 def _deformconv_check(match: Match) -> str | None:
     node = match.anchor
-    pads = list(node.attrs.get("pads", [0, 0, 0, 0]))
-    if len(pads) != 4 or pads[0] != pads[2] or pads[1] != pads[3]:
-        return f"pads {pads}: the plugin takes symmetric 2-D padding only"
-    if len(node.inputs) < 5 or node.inputs[4].name == "":
-        out = node.outputs[0].shape
-        if out is None or not all(isinstance(d, int) for d in out):
-            return "no mask input, and the output shape is not static to build one"
-    return None
+    if _present(node, 4) is None and (why := _ones_mask_refusal(node.inputs[2])):
+        return why
+    return _symmetry_refusal(_onnx_params(node))
 
 
 def _deformconv_rewrite(match: Match) -> Replacement:
     node = match.anchor
     x, weight, offset = node.inputs[:3]
-    bias = node.inputs[3] if len(node.inputs) > 3 and node.inputs[3].name else None
-    mask = node.inputs[4] if len(node.inputs) > 4 and node.inputs[4].name else None
-    kh, kw = (int(d) for d in (node.attrs.get("kernel_shape") or weight.shape[2:]))
-    groups = int(node.attrs.get("offset_group", 1))
-    if mask is None:
-        n, _, h, w = node.outputs[0].shape
-        mask = _const(node, "mask", np.ones((n, groups * kh * kw, h, w), np.float32))
-    pads = list(node.attrs.get("pads", [0, 0, 0, 0]))
+    bias, mask = _present(node, 3), _present(node, 4)
+    mask = _ones_mask(node, offset) if mask is None else mask
     inputs = [x, offset, mask, weight] + ([bias] if bias is not None else [])
-    return Replacement(inputs=inputs, outputs=list(node.outputs), attributes={
-        "stride": list(node.attrs.get("strides", [1, 1])), "padding": pads[:2],
-        "dilation": list(node.attrs.get("dilations", [1, 1])),
-        "group": int(node.attrs.get("group", 1)), "deformable_group": groups})
+    return Replacement(inputs=inputs, outputs=list(node.outputs),
+                       attributes=_plugin_attributes(_onnx_params(node)))
+
+
+def _mmcv_check(match: Match) -> str | None:
+    node = match.anchor
+    plain = node.op == "MMCVDeformConv2d"
+    counts = (3,) if plain else (4, 5)
+    if len(node.inputs) not in counts:
+        wanted = "x, offset, weight" if plain else "x, offset, mask, weight [, bias]"
+        return f"{len(node.inputs)} inputs; expected {wanted}"
+    if plain and int(np.ravel(node.attrs.get("bias", 0))[0]):
+        return "bias=1: mmcv's DeformConv2d has no bias input"
+    if plain and (why := _ones_mask_refusal(node.inputs[1])):
+        return why
+    try:
+        return _symmetry_refusal(mmcv_params(node.attrs))
+    except Unavailable as exc:
+        return str(exc)
 
 
 def _mmcv_rewrite(match: Match) -> Replacement:
     node = match.anchor
-    attrs = node.attrs
-
-    def pair(value, default):
-        value = attrs.get(value, default)
-        return [int(value)] * 2 if isinstance(value, int) else [int(v) for v in value]
-
-    return Replacement(inputs=list(node.inputs), outputs=list(node.outputs), attributes={
-        "stride": pair("stride", 1), "padding": pair("padding", 0),
-        "dilation": pair("dilation", 1), "group": int(attrs.get("groups", 1)),
-        "deformable_group": int(attrs.get("deform_groups", 1))})
+    inputs = list(node.inputs)
+    if node.op == "MMCVDeformConv2d":
+        x, offset, weight = inputs
+        inputs = [x, offset, _ones_mask(node, offset), weight]
+    return Replacement(inputs=inputs, outputs=list(node.outputs),
+                       attributes=_plugin_attributes(mmcv_params(node.attrs)))
 
 
-def _mmcv_check(match: Match) -> str | None:
-    if len(match.anchor.inputs) not in (4, 5):
-        return (f"{len(match.anchor.inputs)} inputs; expected x, offset, mask, weight "
-                "[, bias]")
-    return None
+def _torchvision_pattern(node: gs.Node) -> Match | None:
+    """torchvision::deform_conv2d with its nine scalar inputs constant (as exported)."""
+    if len(node.inputs) != 14:
+        return None
+    scalars = [constant_value(t) for t in node.inputs[5:]]
+    if any(v is None or v.size != 1 for v in scalars):
+        return None
+    params, use_mask = torchvision_params(scalars)
+    return Match([node], {"params": params, "use_mask": use_mask})
+
+
+def _torchvision_check(match: Match) -> str | None:
+    if not match.captures["use_mask"] and (why := _ones_mask_refusal(match.anchor.inputs[2])):
+        return why
+    return _symmetry_refusal(match.captures["params"])
+
+
+def _torchvision_rewrite(match: Match) -> Replacement:
+    node = match.anchor
+    x, weight, offset, mask, bias = node.inputs[:5]
+    if not match.captures["use_mask"]:
+        mask = _ones_mask(node, offset)
+    return Replacement(inputs=[x, offset, mask, weight, bias], outputs=list(node.outputs),
+                       attributes=_plugin_attributes(match.captures["params"]))
 
 
 def _single(node: gs.Node) -> Match:
@@ -294,4 +365,25 @@ def builtin_rules(opset: int = 17) -> list[Rule]:
              "mmcv MMCVModulatedDeformConv2d -> ModulatedDeformConv2d",
              "ModulatedDeformConv2d", "MMCVModulatedDeformConv2d", _single, _mmcv_rewrite,
              _mmcv_check, domain="mmcv"),
+        Rule("mmcv-dcnv1-to-plugin",
+             "mmcv MMCVDeformConv2d -> ModulatedDeformConv2d (mask of ones)",
+             "ModulatedDeformConv2d", "MMCVDeformConv2d", _single, _mmcv_rewrite,
+             _mmcv_check, domain="mmcv"),
+        Rule("torchvision-deformconv-to-plugin",
+             "torchvision::deform_conv2d (TorchScript export, ONNX_FALLTHROUGH) -> "
+             "ModulatedDeformConv2d", "ModulatedDeformConv2d", "deform_conv2d",
+             _torchvision_pattern, _torchvision_rewrite, _torchvision_check,
+             domain="torchvision"),
     ]
+
+
+def substitution_advice(domain: str, op: str, target) -> str | None:
+    """The doctor's fix text for an `op` (in `domain`) that the target cannot parse, when a
+    built-in rule replaces it with a plugin the target has; None when none does. The rule's
+    own check is not run here: the pass's notes say why it leaves a node."""
+    for rule in builtin_rules():
+        if (rule.anchor, rule.domain) == (op, domain or "") and rule.plugin_status(target) is None:
+            return (f"substitute-plugins replaces it with the {rule.plugin} plugin (rule "
+                    f"{rule.name}) where the rule's conditions hold: graphfix run model.onnx "
+                    f"--trt {target.effective} (or --passes substitute-plugins)")
+    return None

@@ -45,17 +45,16 @@ class Unavailable(Exception):
     """Raised by a decomposition that cannot handle this node; the message says why."""
 
 
+class NeedsOpset(Unavailable):
+    """Raised by a decomposition that handles this node but needs a newer default-domain
+    opset than the model imports (DeformConv before 19). Raise it after every other check:
+    a `Decompose.fallback` kernel then computes the node instead."""
+
+
 @dataclass(frozen=True)
 class Decomposition:
     nodes: list[onnx.NodeProto]
     initializers: list[onnx.TensorProto] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Decompose:
-    """build(node, default_opset) -> standard nodes writing the node's own output names."""
-
-    build: Callable[[onnx.NodeProto, int], Decomposition]
 
 
 @dataclass(frozen=True)
@@ -64,6 +63,15 @@ class Kernel:
     (None for an omitted optional input); attributes are decoded (str, list, ndarray)."""
 
     compute: Callable[[list[Any], dict[str, Any]], Sequence[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Decompose:
+    """build(node, default_opset) -> standard nodes writing the node's own output names.
+    `fallback` computes the same in numpy where build raises NeedsOpset (main graph only)."""
+
+    build: Callable[[onnx.NodeProto, int], Decomposition]
+    fallback: Kernel | None = None
 
 
 Reference = Decompose | Kernel
@@ -152,6 +160,23 @@ def substitute(model: onnx.ModelProto, references: References | None = None) -> 
     return walk.result
 
 
+def schema_free(sub: Substitution) -> onnx.ModelProto:
+    """For onnx.checker and shape inference only: `sub.model` (changed in place) with each
+    node a numpy kernel computes moved out of the default domain to `PLUGIN_DOMAIN`, which
+    the checker accepts and shape inference skips. A node with no reference stays where it
+    is, for the checker to reject. Run it on a substitution of a copy."""
+    computed = {o for k in sub.kernels for o in k.node.output if o}
+    model = sub.model
+    moved = False
+    for node in model.graph.node:  # kernels run in the main graph only
+        if _norm(node.domain) == "" and computed & set(node.output):
+            node.domain = PLUGIN_DOMAIN
+            moved = True
+    if moved and PLUGIN_DOMAIN not in {o.domain for o in model.opset_import}:
+        model.opset_import.append(helper.make_opsetid(PLUGIN_DOMAIN, 1))
+    return model
+
+
 def register(domain: str, op_type: str, reference: Reference,
              versions: tuple[str, ...] | None = None) -> None:
     """Add a reference to the default registry; InternalError when one overlaps."""
@@ -209,7 +234,7 @@ _BUILTIN: tuple[Registration, ...] = ()  # TensorRT plugins' forms: graphfix.plu
 # Packages above runtime/ that hold reference forms, each exposing `REFERENCES: tuple[
 # Registration, ...]`; imported by name on the first lookup (runtime/ imports none of them).
 _PROVIDERS: tuple[str, ...] = ("graphfix.nms.efficient", "graphfix.nms.ssd",
-                               "graphfix.plugins.native")
+                               "graphfix.plugins.native", "graphfix.plugins.deform")
 _DEFAULT = References(_BUILTIN)
 _providers_loaded = False
 
@@ -273,15 +298,15 @@ def _replace(node: onnx.NodeProto, graph: onnx.GraphProto, walk: _Walk,
         return [node]
     where = f"{node.op_type} '{node.name or node.output[0]}'"
     if isinstance(entry.reference, Kernel):
-        if nested:
-            walk.not_checkable(f"{label}: numpy kernels run only in the main graph")
-        else:
-            walk.result.kernels.append(KernelNode(_copy(node), entry.reference))
-            walk.result.replaced.append(f"{where} -> numpy kernel")
-        return [node]
+        return _kernel(node, entry.reference, walk, nested, label, where)
     try:
         dec = entry.reference.build(node, walk.opsets.get("", FALLBACK_OPSET))
         _fit(dec, node, walk.taken)
+    except NeedsOpset as exc:
+        if entry.reference.fallback is None or nested:
+            walk.not_checkable(f"{label}: {exc}")
+            return [node]
+        return _kernel(node, entry.reference.fallback, walk, nested, label, where)
     except Unavailable as exc:
         walk.not_checkable(f"{label}: {exc}")
         return [node]
@@ -289,6 +314,16 @@ def _replace(node: onnx.NodeProto, graph: onnx.GraphProto, walk: _Walk,
     walk.result.replaced.append(f"{where} -> {', '.join(n.op_type for n in dec.nodes)}")
     walk.decomposed += 1
     return list(dec.nodes)
+
+
+def _kernel(node: onnx.NodeProto, kernel: Kernel, walk: _Walk, nested: bool, label: str,
+            where: str) -> list[onnx.NodeProto]:
+    if nested:
+        walk.not_checkable(f"{label}: numpy kernels run only in the main graph")
+    else:
+        walk.result.kernels.append(KernelNode(_copy(node), kernel))
+        walk.result.replaced.append(f"{where} -> numpy kernel")
+    return [node]
 
 
 def _fit(dec: Decomposition, node: onnx.NodeProto, taken: set[str]) -> None:
