@@ -13,8 +13,10 @@ from onnx_graphsurgeon.logger import G_LOGGER
 
 from graphfix import io
 from graphfix.graph import constant_value, to_graph
-from graphfix.graph.convert import SETTLE_MIN_BYTES, export, settle_constants
+from graphfix.graph.convert import SETTLE_MIN_BYTES, export, export_skeleton, settle_constants
 from graphfix.graph.export import export_model
+from graphfix.graph.shapes import infer_shapes
+from graphfix.graph.skeleton import skeleton
 
 BODIES = '<ir_version: 8, opset_import: ["" : 17, "local" : 1]>' + """
 g (bool c, float[2] x) => (float[2] y, float[2] z) <float[2] k = {1.0, 2.0}> {
@@ -45,6 +47,32 @@ def test_the_export_is_byte_identical_to_onnx_graphsurgeons_on_real_models(name,
     for weights in (True, False):
         graph = to_graph(io.load(str(path), weights=weights))
         assert export_model(graph).SerializeToString() == _gs_bytes(graph)
+
+
+@pytest.mark.parametrize("name", ["ssdlite320_mobilenet_v3_large.onnx",
+                                  "mobilenet_v3_small_bn.onnx"])
+def test_inferred_shapes_export_as_gs_does_and_the_skeleton_drops_only_weights(name,
+                                                                                shared_model):
+    """After shape inference nearly every tensor has a value_info (filled in place here,
+    not by gs): byte-identical still, also with unknown and named dims; `export_skeleton`
+    equals `skeleton(export(...))` for lazy (file), in-memory and spilled weights."""
+    path = shared_model(name)
+    for weights in (True, False):
+        graph = to_graph(io.load(str(path), weights=weights))
+        infer_shapes(graph)
+        inner = [t for t in graph.tensors().values() if isinstance(t, gs.Variable)
+                 and t.shape and t not in graph.inputs]
+        assert len(inner) > 100
+        inner[0].shape = [None, "n", *inner[0].shape[2:]]
+        inner[1].shape = []  # rank 0: an empty shape, not none
+        big = gs.Constant("gf_big", np.arange(2048, dtype=np.float32).reshape(2, 1024))
+        graph.nodes[0].outputs[0].outputs[0].inputs.append(big)  # a large in-memory one
+        assert export_model(graph).SerializeToString() == _gs_bytes(graph)
+        light, want = export_skeleton(graph), skeleton(export(graph))
+        assert light.graph == want.graph  # the skeleton also drops the producer fields
+        assert light.opset_import == want.opset_import and light.ir_version == want.ir_version
+        assert "gf_big" in {i.name for i in light.graph.input}
+        graph.nodes[0].outputs[0].outputs[0].inputs.pop()
 
 
 def test_bodies_functions_and_attribute_references_export_as_gs_does():

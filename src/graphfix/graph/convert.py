@@ -14,6 +14,7 @@ from graphfix import weights
 from graphfix.graph.export import export_model
 from graphfix.graph.protos import all_nodes, graph_protos
 from graphfix.graph.rewire import constant_value
+from graphfix.graph.skeleton import MAX_ELEMENTS
 from graphfix.graph.walk import all_graphs, tensor_map
 
 
@@ -129,7 +130,13 @@ def settle_constants(graph: gs.Graph, spill=None) -> int:
     return count
 
 
-def export(graph: gs.Graph) -> onnx.ModelProto:
+def export_skeleton(graph: gs.Graph) -> onnx.ModelProto:
+    """`skeleton(export(graph))` without copying the weights it drops (graph.skeleton):
+    for onnx.checker and shape inference."""
+    return export(graph, MAX_ELEMENTS)
+
+
+def export(graph: gs.Graph, max_elements: int | None = None) -> onnx.ModelProto:
     """gs.export_onnx, also for tensors of optional type: onnx-graphsurgeon 0.6.1 imports
     them (its dtype: the element's TypeProto) but its exporter knows tensor, sequence and
     sparse types only (UnboundLocalError). They are exported untyped, then given their
@@ -146,7 +153,7 @@ def export(graph: gs.Graph) -> onnx.ModelProto:
                 tensor.dtype = None
     try:
         with G_LOGGER.suppress():
-            model = export_model(graph)
+            model = export_model(graph, max_elements)
     finally:
         for tensor, dtype in held:
             tensor.dtype = dtype

@@ -14,20 +14,31 @@ gs's own code.
 
 from __future__ import annotations
 
+import math
+
 import onnx
 import onnx_graphsurgeon as gs
-from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, update_import_domains
-from onnx_graphsurgeon.ir.tensor import SparseValues
+from onnx import helper
+from onnx_graphsurgeon.exporters.onnx_exporter import (
+    OnnxExporter,
+    dtype_to_onnx,
+    update_import_domains,
+)
+from onnx_graphsurgeon.ir.tensor import LazyValues, SparseValues
 
 from graphfix.graph.walk import tensor_map
 
 
-def export_model(graph: gs.Graph) -> onnx.ModelProto:
+def export_model(graph: gs.Graph, max_elements: int | None = None) -> onnx.ModelProto:
     """What `gs.export_onnx(graph, do_type_check=False)` returns (module docstring).
-    Like gs, it adds to `graph.import_domains` the domains its nodes use."""
+    Like gs, it adds to `graph.import_domains` the domains its nodes use.
+
+    With `max_elements`, what `skeleton.skeleton(export, max_elements)` makes of that,
+    without ever copying the large weights: main-graph constants over `max_elements`
+    elements are typed graph inputs instead of initializers (shape inference's input)."""
     model = onnx.ModelProto()
     model.ir_version = onnx.IR_VERSION
-    _fill(model.graph, graph)
+    _fill(model.graph, graph, max_elements)
     model.opset_import.extend(update_import_domains(graph))
     model.functions.extend(OnnxExporter.export_function(f) for f in graph.functions)
     model.producer_name = graph.producer_name
@@ -37,25 +48,84 @@ def export_model(graph: gs.Graph) -> onnx.ModelProto:
     return model
 
 
-def _fill(proto: onnx.GraphProto, graph: gs.Graph) -> None:
+def _fill(proto: onnx.GraphProto, graph: gs.Graph, max_elements: int | None = None) -> None:
     for node in graph.nodes:
         fill_node(proto.node.add(), node)
     proto.name = graph.name
-    proto.input.extend(OnnxExporter.export_value_info_proto(t, False) for t in graph.inputs)
-    proto.output.extend(OnnxExporter.export_value_info_proto(t, False) for t in graph.outputs)
+    for t in graph.inputs:
+        _fill_value_info(proto.input, t)
+    for t in graph.outputs:
+        _fill_value_info(proto.output, t)
     tensors = tensor_map(graph)
     constants = [t for t in tensors.values() if isinstance(t, gs.Constant)]
+    if max_elements is not None:
+        listed = {t.name for t in graph.inputs}
+        large = {id(t) for t in constants if not isinstance(t._values, SparseValues)
+                 and math.prod(t.shape) > max_elements}
+        for t in constants:
+            if id(t) in large and t.name not in listed:
+                proto.input.append(helper.make_tensor_value_info(
+                    t.name, _constant_elem_type(t), list(t.shape)))
+        constants = [t for t in constants if id(t) not in large]
     proto.initializer.extend(OnnxExporter.export_tensor_proto(t) for t in constants
                              if not isinstance(t._values, SparseValues))
     proto.sparse_initializer.extend(OnnxExporter.export_sparse_tensor_proto(t)
                                     for t in constants if isinstance(t._values, SparseValues))
     for t in graph.inputs + graph.outputs:
         tensors.pop(t.name, None)
-    proto.value_info.extend(
-        OnnxExporter.export_value_info_proto(t, False) for t in tensors.values()
-        if isinstance(t, gs.Variable) and (t.dtype is not None or t.shape is not None))
+    for t in tensors.values():
+        if isinstance(t, gs.Variable) and (t.dtype is not None or t.shape is not None):
+            _fill_value_info(proto.value_info, t)
     if graph.doc_string:
         proto.doc_string = graph.doc_string
+
+
+def _fill_value_info(field, tensor: gs.Tensor) -> None:
+    """Append what `OnnxExporter.export_value_info_proto(tensor, False)` returns to the
+    repeated `field`. A plain tensor type with a numpy dtype and int/str/None dims is
+    filled in place (gs converts the dtype through a table it rebuilds per call, then
+    `helper.make_tensor_value_info` copies the type twice: a third of an export of
+    swin_t); anything else goes through gs."""
+    elem = _ELEM_TYPES.get(tensor.dtype) if tensor.dtype is not None else None
+    shape = tensor.shape
+    if (elem is None or getattr(tensor, "type", "tensor_type") != "tensor_type"
+            or (shape is not None and not all(d is None or type(d) in (int, str)
+                                              for d in shape))):
+        if tensor.dtype is not None and elem is None:
+            _learn_elem_type(tensor.dtype)
+        field.append(OnnxExporter.export_value_info_proto(tensor, False))
+        return
+    info = field.add()
+    info.name = tensor.name
+    tensor_type = info.type.tensor_type
+    tensor_type.elem_type = elem
+    if shape is not None:
+        dims = tensor_type.shape
+        dims.SetInParent()  # rank 0 still has a (empty) shape
+        for d in shape:
+            dim = dims.dim.add()
+            if type(d) is int:
+                dim.dim_value = d
+            elif d is not None:
+                dim.dim_param = d
+
+
+def _constant_elem_type(t: gs.Constant) -> int:
+    """The element type the constant's exported initializer would have."""
+    if isinstance(t._values, LazyValues):
+        return t._values.tensor.data_type
+    return dtype_to_onnx(t.export_dtype)
+
+
+_ELEM_TYPES: dict = {}  # numpy dtype -> ONNX element type, as gs's dtype_to_onnx maps it
+
+
+def _learn_elem_type(dtype) -> None:
+    try:
+        if not isinstance(dtype, int):
+            _ELEM_TYPES[dtype] = dtype_to_onnx(dtype)
+    except Exception:  # noqa: BLE001 - gs's own export raises it again, as before
+        pass
 
 
 def fill_node(proto: onnx.NodeProto, node: gs.Node) -> None:

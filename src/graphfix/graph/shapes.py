@@ -10,9 +10,8 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper
 
-from graphfix.graph.convert import export
+from graphfix.graph.convert import export_skeleton
 from graphfix.graph.protos import graph_protos
-from graphfix.graph.skeleton import skeleton
 from graphfix.graph.walk import all_graphs, tensor_map
 
 Dim = int | str | None
@@ -37,8 +36,7 @@ def infer_shapes(graph: gs.Graph, clear: bool = False, symbolic: bool = False) -
     if clear:
         for t in _inner_variables(graph):
             t.shape = None
-    model = export(graph)
-    inferred = onnx.shape_inference.infer_shapes(skeleton(model), data_prop=True)
+    inferred = onnx.shape_inference.infer_shapes(export_skeleton(graph), data_prop=True)
     updated = apply_inferred(graph, inferred)
     if symbolic and not any(graph.subgraphs()) and reads_unnamed_dims(graph):
         refined = symbolic_shapes(inferred)
@@ -76,7 +74,7 @@ def unnamed_dims_may_be_static(graph: gs.Graph, sizes: dict[str, tuple[int, ...]
         return False
     if not any(dynamic.values()):
         return True
-    model = skeleton(export(graph))
+    model = export_skeleton(graph)
     del model.graph.value_info[:]
     at = [_concrete_dims(model, dynamic, sizes, scale) for scale in (1, 2)]
     for name, positions in readers:
