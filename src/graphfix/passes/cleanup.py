@@ -25,6 +25,7 @@ from graphfix.graph import (
     node_label,
     opset_of,
 )
+from graphfix.graph.prune import prune
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
 
 
@@ -60,7 +61,7 @@ class Cleanup(Pass):
                 elif reason:
                     result.notes.append(Note(node_label(node), f"kept: {reason}"))
         before = count_nodes(graph) - sum(result.counts.values())
-        graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=True)
+        prune(graph)
         dead = before - count_nodes(graph)
         if dead > 0:
             result.counts["removed dead nodes"] += dead

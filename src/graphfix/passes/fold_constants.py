@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import all_graphs, count_nodes, is_graph_output, is_onnx
+from graphfix.graph.prune import prune
 from graphfix.graph.shapes import infer_shapes, unnamed_dims_may_be_static
 from graphfix.graph.walk import toposort
 from graphfix.passes._fold_closure import fold_closure, lower_constant_nodes
@@ -99,7 +100,7 @@ class FoldConstants(Pass):
         for _ in range(MAX_ROUNDS):
             folded_shapes = fold_static_shapes(graph) if self.options.shapes else 0
             inlined += _evaluate(graph, threshold)
-            graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=True)
+            prune(graph)
             shapes += folded_shapes
             if not folded_shapes:
                 break

@@ -64,6 +64,7 @@ from graphfix.errors import GraphfixError
 from graphfix.graph import count_nodes, fingerprint, to_graph, to_model
 from graphfix.graph.convert import settle_constants
 from graphfix.graph.protos import graph_protos
+from graphfix.graph.prune import prune
 from graphfix.graph.samecomp import Digests, same_computation
 from graphfix.graph.shapes import apply_inferred
 from graphfix.graph.skeleton import skeleton
@@ -521,7 +522,7 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
             record.seconds = time.perf_counter() - t0
             return record
         if not pass_.leaves_graph_clean:
-            graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=True)
+            prune(graph)
         toposort(graph)
         settle_constants(graph, state.spill)
         candidate = to_model(graph, state.last_good)
