@@ -104,3 +104,15 @@ def test_large_new_arrays_are_kept_as_protos_and_export_the_same():
     np.testing.assert_array_equal(constant_value(settled), big)
     assert export(graph).SerializeToString() == before
     assert settle_constants(graph) == 0  # a second call finds nothing to do
+
+
+@pytest.mark.parametrize("value", [3, -1, 2**40, 0.1, float("inf"), "abc", "", "é",
+                                   [1, 2, 3], [0.5, 2.0], [7]])
+def test_plain_attributes_are_filled_as_make_attribute_writes_them(value):
+    from onnx import helper
+
+    from graphfix.graph.export import _fill_plain_attribute
+
+    ours = onnx.AttributeProto()
+    _fill_plain_attribute(ours, "k", value)
+    assert ours.SerializeToString() == helper.make_attribute("k", value).SerializeToString()

@@ -138,10 +138,43 @@ def fill_node(proto: onnx.NodeProto, node: gs.Node) -> None:
     if node.domain is not None:
         proto.domain = node.domain
     for key, value in node.attrs.items():
-        if isinstance(value, gs.Graph):
+        kind = type(value)
+        if kind is int or kind is float or kind is str or (
+                kind is list and value and _plain_list(value)):
+            _fill_plain_attribute(proto.attribute.add(), key, value)
+        elif isinstance(value, gs.Graph):
             attr = proto.attribute.add()
             attr.name = key
             attr.type = onnx.AttributeProto.GRAPH
             _fill(attr.g, value)
         else:
             proto.attribute.extend(OnnxExporter.export_attributes({key: value}))
+
+
+def _plain_list(values: list) -> bool:
+    """All Python ints or all Python floats (bool, numpy scalars, mixes: gs's way)."""
+    first = type(values[0])
+    return (first is int or first is float) and all(type(v) is first for v in values)
+
+
+def _fill_plain_attribute(attr: onnx.AttributeProto, key: str, value) -> None:
+    """`helper.make_attribute(key, value)` for a Python int, float, str, or a non-empty
+    list of ints or of floats, filled in place (gs's export goes through make_attribute's
+    type inference and a copy per attribute: half of the attribute-heavy exports)."""
+    attr.name = key
+    kind = type(value)
+    if kind is int:
+        attr.i = value
+        attr.type = onnx.AttributeProto.INT
+    elif kind is float:
+        attr.f = value
+        attr.type = onnx.AttributeProto.FLOAT
+    elif kind is str:
+        attr.s = value.encode("utf-8")
+        attr.type = onnx.AttributeProto.STRING
+    elif type(value[0]) is int:
+        attr.ints.extend(value)
+        attr.type = onnx.AttributeProto.INTS
+    else:
+        attr.floats.extend(value)
+        attr.type = onnx.AttributeProto.FLOATS
