@@ -186,3 +186,113 @@ def test_converter_failure_names_the_op_and_quotes_the_converter():
 def test_version_outside_what_onnx_knows_is_a_user_error(text):
     with pytest.raises(GraphfixError, match="Pass 'opset' got version="):
         Opset.parse_options([("version", text)])
+
+
+# ----------------------------------------------------- the --trt default pipeline's downgrade
+
+DYNAMO_18 = header(18) + """
+g (float[1,4,6,6] x) => (float[1,2,1,1] y, float[1,2,6,6] z) <int64[2] hw = {2, 3}> {
+    a, b = Split<axis = 1, num_outputs = 2>(x)
+    y = ReduceMean<keepdims = 1, noop_with_empty_axes = 0>(a, hw)
+    m = ReduceMax<keepdims = 1, noop_with_empty_axes = 1>(b, hw)
+    z = Add(b, m)
+}"""
+
+
+def test_downgrade_of_a_dynamo_style_model_drops_the_reduce_attribute_17_lacks():
+    """onnx's Reduce* downgrade keeps noop_with_empty_axes (only from 18): without the
+    mend, onnx.checker rejects the result (`apply` runs it)."""
+    out = assert_converts(parse(DYNAMO_18), 17, ["Split", "ReduceMean", "ReduceMax", "Add"])
+    split = out.graph.node[0]
+    assert [a.name for a in split.attribute] == ["axis"] and list(split.input) == ["x"]
+    for node in out.graph.node:
+        if node.op_type.startswith("Reduce"):
+            assert {a.name: helper.get_attribute_value(a) for a in node.attribute} == {
+                "axes": [2, 3], "keepdims": 1}
+
+
+def test_noop_with_empty_axes_set_and_no_axes_is_said_not_mended():
+    from graphfix.passes.opset import _repair
+
+    node = helper.make_node("ReduceMean", ["x"], ["y"], noop_with_empty_axes=1)
+    model = helper.make_model(helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    notes = _repair(model, 17)
+    assert [(n.subject, n.reason) for n in notes] == [
+        ("ReduceMean", "noop_with_empty_axes=1 with no axes has no ReduceMean-17 form")]
+    assert [a.name for a in model.graph.node[0].attribute] == ["noop_with_empty_axes"]
+
+
+def _to_target(model, trt):
+    from graphfix.trt import parse_target
+
+    ctx = PassContext(trt=parse_target(trt) if trt else None)
+    return Opset(Opset.Options(to_target=True)), ctx
+
+
+@pytest.mark.parametrize("trt, reason", [
+    (None, "no --trt target: to-target has no range to fit"),
+    ("10.16", "opset 18 is within the 9-24 that TensorRT 10.16's parser reads (operator "
+              "table)"),
+])
+def test_to_target_leaves_a_model_the_target_reads(trt, reason):
+    model = parse(DYNAMO_18)
+    pass_, ctx = _to_target(model, trt)
+    graph = to_graph(model)
+    result = pass_.run(graph, ctx)
+    assert not result.changed
+    assert [(n.subject, n.reason) for n in result.notes] == [("graph", reason)]
+
+
+def test_to_target_converts_into_the_targets_range_and_the_default_trt_run_parses(tmp_path):
+    from typer.testing import CliRunner
+
+    from graphfix.cli.app import app
+
+    model = parse(DYNAMO_18)
+    pass_, ctx = _to_target(model, "8.6")
+    out, result = apply(pass_, model, ctx)
+    assert dict(result.counts) == {"converted opset 18 to opset 17": 1}
+    assert_same_outputs(model, out, feeds_for(model))
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(model, src)
+    runner = CliRunner()
+    res = runner.invoke(app, ["run", str(src), "-o", str(dst), "--trt", "8.6"])
+    assert res.exit_code == 0, res.output
+    assert _opsets(onnx.load(dst))[""] == 17
+    res = runner.invoke(app, ["doctor", str(dst), "--trt", "8.6", "--no-parser"])
+    assert res.exit_code == 0, res.output
+
+
+PAD_19 = header(19) + """
+g (float[1,2,4,4] x) => (float[1,2,6,6] y, float[1,2,4,4] z) <int64[8] p = {0,0,1,1,0,0,1,1}> {
+    y = Pad<mode = "reflect">(x, p)
+    z = Identity(x)
+}"""
+
+
+def test_downgrade_keeps_a_pad_without_axes_which_the_converter_has_no_adapter_for():
+    out = assert_converts(parse(PAD_19), 17, ["Pad", "Identity"])
+    assert out.graph.node[0].domain == ""
+    assert {o.domain for o in out.opset_import} == {""}
+
+
+@pytest.mark.parametrize("text, subject, why", [
+    (header(18) + """
+     g (float[5,3] x) => (float[3,3] a, float[2,3] b) {
+         a, b = Split<axis = 0, num_outputs = 2>(x)
+     }""", "Split 'a'", "num_outputs=2 does not divide the dim 5 into equal parts"),
+    (header(18) + """
+     g (float[1,2,4,4] x) => (float[1,2,4,6] y) <int64[2] p = {1, 1}, int64[1] ax = {3}> {
+         y = Pad(x, p, , ax)
+     }""", "Pad 'y'", "an axes input (from opset 18)"),
+])
+def test_downgrade_says_which_node_has_no_form_at_the_target(text, subject, why):
+    graph = to_graph(parse(text))
+    result = Opset(Opset.Options(version=17)).run(graph, PassContext())
+    assert not result.changed
+    notes = [(n.subject, n.reason) for n in result.notes]
+    assert notes[0] == (subject, f"no opset-17 form: {why}")
+    assert "cannot convert opset 18 to opset 17" in notes[-1][1]

@@ -7,7 +7,7 @@ DEFAULT_PIPELINE = "trt-prep"
 # ops first; after trt-prep, whose normalize-activations would fuse a lowered HardSwish
 # back), and only what neither can handle becomes a plugin node (needed-only: a plugin
 # chosen for speed is the user's call).
-TRT_PIPELINE = ("migrate-plugins,trt-prep,lower-unsupported,"
+TRT_PIPELINE = ("migrate-plugins,opset{to-target=true},trt-prep,lower-unsupported,"
                 "substitute-plugins{needed-only=true}")
 
 

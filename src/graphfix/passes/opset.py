@@ -38,6 +38,7 @@ from onnx import version_converter
 from graphfix.errors import GraphfixError
 from graphfix.graph import all_graphs, is_onnx, node_label, opset_of, replace_in, to_graph
 from graphfix.graph.convert import export
+from graphfix.graph.protos import all_nodes
 from graphfix.graph.skeleton import skeleton
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
 
@@ -47,9 +48,12 @@ _OP = re.compile(r"\bfor (\w+)\b")
 
 @dataclass(frozen=True)
 class OpsetOptions:
-    """`version`: the opset of the default ONNX domain to convert to."""
+    """`version`: the opset of the default ONNX domain to convert to. `to-target`: instead,
+    the nearest opset the --trt target's parser reads, and only when the model's is outside
+    that range (the `--trt` default pipeline uses it)."""
 
     version: int = 17
+    to_target: bool = False
 
     def __post_init__(self) -> None:
         newest = onnx.defs.onnx_opset_version()
@@ -78,21 +82,155 @@ class Opset(Pass):
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
-        current, target = opset_of(graph), self.options.version
+        current = opset_of(graph)
+        target = self.options.version
+        if self.options.to_target:
+            target, why = _target_opset(current, ctx.trt)
+            if target is None:
+                result.notes.append(Note("graph", why))
+                return result
         if current == target:
             result.notes.append(Note("graph", f"it is already at opset {target}"))
             return result
         result.notes.extend(_other_domains(graph))
+        held, why = _holdable(graph, current, target)
+        result.notes.extend(why)
         model, large = _export(graph)
+        _hold(model, held)
         try:
             converted = version_converter.convert_version(model, target)
         except Exception as err:  # the converter raises RuntimeError, ValidationError, ...
             result.notes.append(_failure(graph, current, target, err))
             return result
+        _release(converted, held)
+        result.notes.extend(_repair(converted, target))
         _replace_contents(graph, to_graph(converted), large)
         result.counts[f"converted opset {current} to opset {target}"] += 1
         result.changed = True
         return result
+
+
+def _target_opset(current: int, trt) -> tuple[int | None, str]:
+    """The opset `to-target` converts to, or None and why it does not convert."""
+    if trt is None:
+        return None, "no --trt target: to-target has no range to fit"
+    bounds = trt.opset_range
+    if bounds is None:
+        return None, f"the data has no opset range for TensorRT {trt.version}"
+    low, high = bounds
+    if low <= current <= high:
+        return None, (f"opset {current} is within the {low}-{high} that TensorRT "
+                      f"{trt.version}'s parser reads (operator table)")
+    return min(max(current, low), high), ""
+
+
+_HOLD_DOMAIN = "graphfix.opset.hold"
+
+
+def _holdable(graph: gs.Graph, current: int, target: int) -> tuple[dict[str, str], list[Note]]:
+    """Nodes onnx.version_converter (1.23) has no downgrade adapter for, but whose form
+    here means the same at `target`: {first output name: op}, and notes for the others.
+
+    - Split-18 (no adapter to 17): with a `split` input it is Split-13 as it is; with
+      `num_outputs` and a static axis dim it divides evenly, it is Split-13 with neither
+      (equal parts).
+    - Pad-18/19 (no adapter to 17): without the `axes` input and mode 'wrap', Pad-13.
+
+    They are moved to a domain of their own around the conversion (the converter leaves
+    other domains alone) and come back unchanged but for `num_outputs`."""
+    if current < 18 or target >= 18:
+        return {}, []
+    held: dict[str, str] = {}
+    notes: list[Note] = []
+    for g in all_graphs(graph):
+        for node in g.nodes:
+            if not is_onnx(node) or node.op not in ("Split", "Pad") or not node.outputs:
+                continue
+            why = _split_refusal(node) if node.op == "Split" else _pad_refusal(node)
+            if why is None:
+                held[node.outputs[0].name] = node.op
+            else:
+                notes.append(Note(node_label(node), f"no opset-{target} form: {why}"))
+    return held, notes
+
+
+def _split_refusal(node: gs.Node) -> str | None:
+    parts = node.attrs.get("num_outputs")
+    if parts is None:
+        return None
+    if len(node.inputs) > 1 and node.inputs[1].name:
+        return "num_outputs and a split input"
+    shape = node.inputs[0].shape
+    axis = int(node.attrs.get("axis", 0))
+    dim = shape[axis] if shape is not None and -len(shape) <= axis < len(shape) else None
+    if not isinstance(dim, int) or dim < 0:
+        return "num_outputs on a dim that is not static (Split-13 needs equal parts)"
+    if dim % int(parts):
+        return f"num_outputs={parts} does not divide the dim {dim} into equal parts"
+    return None
+
+
+def _pad_refusal(node: gs.Node) -> str | None:
+    mode = node.attrs.get("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode == "wrap":
+        return "mode 'wrap' (from opset 19)"
+    if len(node.inputs) > 3 and node.inputs[3].name:
+        return "an axes input (from opset 18)"
+    return None
+
+
+def _hold(model: onnx.ModelProto, held: dict[str, str]) -> None:
+    if not held:
+        return
+    for node in all_nodes(model.graph):
+        if node.domain in ("", "ai.onnx") and node.output and held.get(node.output[0]) == \
+                node.op_type:
+            node.domain = _HOLD_DOMAIN
+    model.opset_import.append(onnx.helper.make_opsetid(_HOLD_DOMAIN, 1))
+
+
+def _release(model: onnx.ModelProto, held: dict[str, str]) -> None:
+    if not held:
+        return
+    for node in all_nodes(model.graph):
+        if node.domain == _HOLD_DOMAIN:
+            node.domain = ""
+            for attr in [a for a in node.attribute if a.name == "num_outputs"]:
+                node.attribute.remove(attr)
+    kept = [o for o in model.opset_import if o.domain != _HOLD_DOMAIN]
+    del model.opset_import[:]
+    model.opset_import.extend(kept)
+
+
+_REDUCE_WITH_NOOP_FROM_18 = ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                             "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
+
+
+def _repair(model: onnx.ModelProto, target: int) -> list[Note]:
+    """Fix what onnx.version_converter (1.23) writes wrong, in place. Its Reduce* adapter
+    from 18 down moves `axes` back into the attribute but keeps `noop_with_empty_axes`,
+    which those ops only have from 18 (ReduceSum from 13): onnx.checker rejects every
+    PyTorch dynamo export's ReduceMean so converted. The attribute is dropped where it
+    changes nothing: 0 (the default), or axes given (it only acts on empty axes)."""
+    notes = []
+    if target >= 18:
+        return notes
+    for node in all_nodes(model.graph):
+        if node.domain not in ("", "ai.onnx") or node.op_type not in _REDUCE_WITH_NOOP_FROM_18:
+            continue
+        attrs = {a.name: a for a in node.attribute}
+        noop = attrs.get("noop_with_empty_axes")
+        if noop is None:
+            continue
+        axes = attrs.get("axes")
+        if noop.i == 0 or (axes is not None and len(axes.ints) > 0):
+            node.attribute.remove(noop)
+        else:
+            notes.append(Note(node.name or node.op_type,
+                              f"noop_with_empty_axes=1 with no axes has no {node.op_type}-"
+                              f"{target} form"))
+    return notes
 
 
 def _other_domains(graph: gs.Graph) -> list[Note]:
