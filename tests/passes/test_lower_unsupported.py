@@ -98,7 +98,8 @@ def _stays(model, trt, notes, options=None) -> None:
 
 def _opset_note(opset: int, trt: str, high: int = 17) -> tuple[str, str]:
     return ("graph", f"the model's opset {opset} is above the {high} that TensorRT {trt} "
-                     f"parses; run opset{{version={high}}} after this pass")
+                     f"parses; opset{{version={high}}} after this pass converts it (the "
+                     "default --trt pipeline ends with opset{to-target=true})")
 
 
 # ----------------------------------------------------------------------------- LayerNormalization
@@ -475,8 +476,9 @@ def test_reduce_axes_input_points_at_the_opset_pass():
     _stays(_reduce(18, axes_node=False), "8.4", [
         ("ReduceMean 'rm'", "its axes are an input (from opset 18), which TensorRT 8.4 cannot "
          "read: it parses opsets up to 17, where ReduceMean takes axes as an attribute; "
-         "opset{version=17} converts the model and moves constant axes into the attribute "
-         "(not done here: the model declares opset 18)"),
+         "opset{version=17} (opset{to-target=true}, last in the default --trt pipeline) "
+         "converts the model and moves constant axes into the attribute (not done here: the "
+         "model declares opset 18)"),
         _opset_note(18, "8.4")])
     _stays(_reduce(18, axes_node=False), "9.3", [("graph", "no node to lower for TensorRT 9.3")])
 

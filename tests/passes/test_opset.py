@@ -296,3 +296,22 @@ def test_downgrade_says_which_node_has_no_form_at_the_target(text, subject, why)
     notes = [(n.subject, n.reason) for n in result.notes]
     assert notes[0] == (subject, f"no opset-17 form: {why}")
     assert "cannot convert opset 18 to opset 17" in notes[-1][1]
+
+
+def test_a_plugin_node_in_the_default_domain_is_held_out_of_the_conversion():
+    """substitute-plugins writes plugin nodes in the default domain; the converter knows
+    no such op and would fail on it."""
+    nodes = [helper.make_node("Split", ["x"], ["a", "b"], name="s", axis=0, num_outputs=2),
+             helper.make_node("MyPlugin_TRT", ["a"], ["p"], name="plug", plugin_version="1"),
+             helper.make_node("Add", ["p", "b"], ["y"], name="add")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])]),
+        opset_imports=[helper.make_opsetid("", 18)])
+    graph = to_graph(model)
+    result = Opset(Opset.Options(version=17)).run(graph, PassContext())
+    assert result.changed, result.notes
+    assert graph.opset == 17
+    assert [(n.op, n.domain or "") for n in graph.nodes] == [
+        ("Split", ""), ("MyPlugin_TRT", ""), ("Add", "")]
+    assert {d.domain for d in graph.import_domains or ()} <= {""}

@@ -5,10 +5,12 @@ DEFAULT_PIPELINE = "trt-prep"
 # With --trt V and no --passes: plugins the target no longer ships go back to ONNX ops,
 # the usual preparation runs, then ops the target lacks are lowered to ops it has (native
 # ops first; after trt-prep, whose normalize-activations would fuse a lowered HardSwish
-# back), and only what neither can handle becomes a plugin node (needed-only: a plugin
-# chosen for speed is the user's call).
-TRT_PIPELINE = ("migrate-plugins,opset{to-target=true},trt-prep,lower-unsupported,"
-                "substitute-plugins{needed-only=true}")
+# back), only what neither can handle becomes a plugin node (needed-only: a plugin
+# chosen for speed is the user's call), and last a model outside the opsets the target
+# parses is converted into them (after the lowering: Gelu-20 has no opset-17 form until
+# it is lowered; plugin nodes are held out of the conversion).
+TRT_PIPELINE = ("migrate-plugins,trt-prep,lower-unsupported,"
+                "substitute-plugins{needed-only=true},opset{to-target=true}")
 
 
 def default_pipeline(trt: str | None) -> str:

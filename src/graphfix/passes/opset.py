@@ -135,16 +135,22 @@ def _holdable(graph: gs.Graph, current: int, target: int) -> tuple[dict[str, str
       `num_outputs` and a static axis dim it divides evenly, it is Split-13 with neither
       (equal parts).
     - Pad-18/19 (no adapter to 17): without the `axes` input and mode 'wrap', Pad-13.
+    - Any conversion: a node of the default domain that is no ONNX op (a TensorRT plugin
+      node, as `substitute-plugins` writes them) has no version to convert and stays.
 
     They are moved to a domain of their own around the conversion (the converter leaves
     other domains alone) and come back unchanged but for `num_outputs`."""
-    if current < 18 or target >= 18:
-        return {}, []
     held: dict[str, str] = {}
     notes: list[Note] = []
+    down = current >= 18 > target
     for g in all_graphs(graph):
         for node in g.nodes:
-            if not is_onnx(node) or node.op not in ("Split", "Pad") or not node.outputs:
+            if not is_onnx(node) or not node.outputs:
+                continue
+            if not onnx.defs.has(node.op):
+                held[node.outputs[0].name] = node.op
+                continue
+            if not down or node.op not in ("Split", "Pad"):
                 continue
             why = _split_refusal(node) if node.op == "Split" else _pad_refusal(node)
             if why is None:
