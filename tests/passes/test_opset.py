@@ -287,15 +287,58 @@ def test_downgrade_keeps_a_pad_without_axes_which_the_converter_has_no_adapter_f
     (header(18) + """
      g (float[1,2,4,4] x) => (float[1,2,4,6] y) <int64[2] p = {1, 1}, int64[1] ax = {3}> {
          y = Pad(x, p, , ax)
-     }""", "Pad 'y'", "an axes input (from opset 18)"),
+     }""", "Pad 'y'", "it uses input axes (from opset 18)"),
 ])
 def test_downgrade_says_which_node_has_no_form_at_the_target(text, subject, why):
     graph = to_graph(parse(text))
     result = Opset(Opset.Options(version=17)).run(graph, PassContext())
     assert not result.changed
-    notes = [(n.subject, n.reason) for n in result.notes]
-    assert notes[0] == (subject, f"no opset-17 form: {why}")
-    assert "cannot convert opset 18 to opset 17" in notes[-1][1]
+    (note,) = result.notes
+    assert note.subject == subject
+    assert note.reason.startswith("onnx.version_converter cannot convert opset 18 to opset 17")
+    assert note.reason.endswith(f"; not held out of it: {subject}: {why}")
+
+
+def test_an_op_version_not_known_to_keep_the_old_behaviour_is_not_held():
+    """Squeeze-11 (negative axes) has no adapter to 9; 11 is not in ADDITIVE, so its node
+    is left to the converter, which fails, and the note says why."""
+    result = Opset(Opset.Options(version=9)).run(to_graph(parse(SQUEEZE_SPLIT)),
+                                                 PassContext())
+    assert not result.changed
+    (note,) = result.notes
+    assert note.reason.endswith("not held out of it: Squeeze-11 is not known to keep "
+                                "Squeeze-1's behaviour (graphfix holds only versions that "
+                                "add types, or attributes and inputs whose default is the "
+                                "old behaviour)")
+
+
+FROM_14 = header(14) + """
+g (float[2,6] x) => (float[3,4] y) <int64[2] shape = {3, 4}, float[1] k = {2.0}> {
+    r = Relu(x)
+    m = Mul(r, k)
+    d = Sub(m, k)
+    y0 = Reshape<allowzero = 0>(d, shape)
+    y = Reshape<allowzero = 1>(y0, shape)
+}"""
+
+
+def test_type_only_versions_are_held_down_to_opset_13():
+    """onnx's converter has no 14 -> 13 adapter for Add/Mul/Sub/Relu/Reshape (14 added
+    bfloat16, Reshape's allowzero): TensorRT 8.2 reads up to 13."""
+    out = assert_converts(parse(FROM_14), 13, ["Relu", "Mul", "Sub", "Reshape", "Reshape"])
+    # allowzero=0 is the default; =1 (as PyTorch's dynamo exporter writes it) changes
+    # nothing for a constant shape without zeros: both dropped
+    assert [len(n.attribute) for n in out.graph.node[-2:]] == [0, 0]
+
+
+def test_allowzero_with_a_zero_in_the_shape_is_not_held():
+    text = FROM_14.replace("int64[2] shape = {3, 4}", "int64[2] shape = {3, 0}").replace(
+        "float[3,4] y", "float[3,0] y").replace("float[2,6] x", "float[3,0] x")
+    result = Opset(Opset.Options(version=13)).run(to_graph(parse(text)), PassContext())
+    assert not result.changed
+    (note,) = result.notes
+    assert note.reason.endswith("allowzero=1 with a shape that is not a constant without "
+                                "zeros (only then is it the older Reshape)")
 
 
 def test_a_plugin_node_in_the_default_domain_is_held_out_of_the_conversion():

@@ -19,10 +19,16 @@ as typed graph inputs and the original constants take their place afterwards, so
 the converter never serializes large weights (protobuf stops at 2 GB) and the
 graph keeps its own constant objects.
 
-When the converter cannot convert (an op without an adapter between the two
-versions, most downgrades), the graph is left as it was and the note names the op
-and quotes the converter. The pass manager checks the numbers afterwards, as after
-every pass: the converter's adapters are ONNX's, not graphfix's.
+The converter has no adapter for many downgrades (Split-18 and Pad-18 to 17; Add,
+Mul, Relu, Reshape from 14 to 13). Where the op's newer versions only added types or
+attributes and inputs whose default is the old behaviour, and the node uses none of
+that, the node is held out of the conversion and comes back as it was
+(`_opset_hold`); plugin nodes in the default domain are always held. What the
+converter writes wrong is mended (`_repair`: Reduce* keeps noop_with_empty_axes).
+When it still cannot convert, the graph is left as it was and the note names the op,
+quotes the converter and says why its nodes could not be held. The pass manager
+checks the numbers afterwards, as after every pass: the converter's adapters are
+ONNX's, not graphfix's.
 """
 
 from __future__ import annotations
@@ -40,6 +46,13 @@ from graphfix.graph import all_graphs, is_onnx, node_label, opset_of, replace_in
 from graphfix.graph.convert import export
 from graphfix.graph.protos import all_nodes
 from graphfix.graph.skeleton import skeleton
+from graphfix.passes._opset_hold import (
+    adapterless_op,
+    hold,
+    plugin_holds,
+    release,
+    same_meaning,
+)
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
 
 _FAILED = re.compile(r"failed:\s*(.*)$", re.S)
@@ -93,16 +106,21 @@ class Opset(Pass):
             result.notes.append(Note("graph", f"it is already at opset {target}"))
             return result
         result.notes.extend(_other_domains(graph))
-        held, why = _holdable(graph, current, target)
-        result.notes.extend(why)
         model, large = _export(graph)
-        _hold(model, held)
-        try:
-            converted = version_converter.convert_version(model, target)
-        except Exception as err:  # the converter raises RuntimeError, ValidationError, ...
-            result.notes.append(_failure(graph, current, target, err))
-            return result
-        _release(converted, held)
+        held = plugin_holds(graph)
+        while True:  # each round holds one more op the converter has no adapter for
+            hold(model, held)
+            try:
+                converted = version_converter.convert_version(model, target)
+                break
+            except Exception as err:  # the converter raises RuntimeError, ValidationError
+                op = adapterless_op(err)
+                more, why = same_meaning(graph, op, current, target) if op else (None, "")
+                if not more or set(more) <= set(held):
+                    result.notes.append(_failure(graph, current, target, err, why))
+                    return result
+                held.update(more)
+        release(converted, held)
         result.notes.extend(_repair(converted, target))
         _replace_contents(graph, to_graph(converted), large)
         result.counts[f"converted opset {current} to opset {target}"] += 1
@@ -122,91 +140,6 @@ def _target_opset(current: int, trt) -> tuple[int | None, str]:
         return None, (f"opset {current} is within the {low}-{high} that TensorRT "
                       f"{trt.version}'s parser reads (operator table)")
     return min(max(current, low), high), ""
-
-
-_HOLD_DOMAIN = "graphfix.opset.hold"
-
-
-def _holdable(graph: gs.Graph, current: int, target: int) -> tuple[dict[str, str], list[Note]]:
-    """Nodes onnx.version_converter (1.23) has no downgrade adapter for, but whose form
-    here means the same at `target`: {first output name: op}, and notes for the others.
-
-    - Split-18 (no adapter to 17): with a `split` input it is Split-13 as it is; with
-      `num_outputs` and a static axis dim it divides evenly, it is Split-13 with neither
-      (equal parts).
-    - Pad-18/19 (no adapter to 17): without the `axes` input and mode 'wrap', Pad-13.
-    - Any conversion: a node of the default domain that is no ONNX op (a TensorRT plugin
-      node, as `substitute-plugins` writes them) has no version to convert and stays.
-
-    They are moved to a domain of their own around the conversion (the converter leaves
-    other domains alone) and come back unchanged but for `num_outputs`."""
-    held: dict[str, str] = {}
-    notes: list[Note] = []
-    down = current >= 18 > target
-    for g in all_graphs(graph):
-        for node in g.nodes:
-            if not is_onnx(node) or not node.outputs:
-                continue
-            if not onnx.defs.has(node.op):
-                held[node.outputs[0].name] = node.op
-                continue
-            if not down or node.op not in ("Split", "Pad"):
-                continue
-            why = _split_refusal(node) if node.op == "Split" else _pad_refusal(node)
-            if why is None:
-                held[node.outputs[0].name] = node.op
-            else:
-                notes.append(Note(node_label(node), f"no opset-{target} form: {why}"))
-    return held, notes
-
-
-def _split_refusal(node: gs.Node) -> str | None:
-    parts = node.attrs.get("num_outputs")
-    if parts is None:
-        return None
-    if len(node.inputs) > 1 and node.inputs[1].name:
-        return "num_outputs and a split input"
-    shape = node.inputs[0].shape
-    axis = int(node.attrs.get("axis", 0))
-    dim = shape[axis] if shape is not None and -len(shape) <= axis < len(shape) else None
-    if not isinstance(dim, int) or dim < 0:
-        return "num_outputs on a dim that is not static (Split-13 needs equal parts)"
-    if dim % int(parts):
-        return f"num_outputs={parts} does not divide the dim {dim} into equal parts"
-    return None
-
-
-def _pad_refusal(node: gs.Node) -> str | None:
-    mode = node.attrs.get("mode", "constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode == "wrap":
-        return "mode 'wrap' (from opset 19)"
-    if len(node.inputs) > 3 and node.inputs[3].name:
-        return "an axes input (from opset 18)"
-    return None
-
-
-def _hold(model: onnx.ModelProto, held: dict[str, str]) -> None:
-    if not held:
-        return
-    for node in all_nodes(model.graph):
-        if node.domain in ("", "ai.onnx") and node.output and held.get(node.output[0]) == \
-                node.op_type:
-            node.domain = _HOLD_DOMAIN
-    model.opset_import.append(onnx.helper.make_opsetid(_HOLD_DOMAIN, 1))
-
-
-def _release(model: onnx.ModelProto, held: dict[str, str]) -> None:
-    if not held:
-        return
-    for node in all_nodes(model.graph):
-        if node.domain == _HOLD_DOMAIN:
-            node.domain = ""
-            for attr in [a for a in node.attribute if a.name == "num_outputs"]:
-                node.attribute.remove(attr)
-    kept = [o for o in model.opset_import if o.domain != _HOLD_DOMAIN]
-    del model.opset_import[:]
-    model.opset_import.extend(kept)
 
 
 _REDUCE_WITH_NOOP_FROM_18 = ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
@@ -287,7 +220,8 @@ def _replace_contents(graph: gs.Graph, new: gs.Graph, large: dict[str, gs.Consta
     graph.import_domains = new.import_domains
 
 
-def _failure(graph: gs.Graph, current: int, target: int, err: Exception) -> Note:
+def _failure(graph: gs.Graph, current: int, target: int, err: Exception,
+             why: str = "") -> Note:
     """The converter's error as a note on the first node of the op it names."""
     text = str(err).strip()
     match = _FAILED.search(text)
@@ -298,5 +232,6 @@ def _failure(graph: gs.Graph, current: int, target: int, err: Exception) -> Note
         node = next((n for g in all_graphs(graph) for n in g.nodes
                      if n.op == op.group(1) and is_onnx(n)), None)
         subject = node_label(node) if node is not None else op.group(1)
+    held = f"; not held out of it: {why}" if why else ""
     return Note(subject, f"onnx.version_converter cannot convert opset {current} "
-                         f"to opset {target}: {message}")
+                         f"to opset {target}: {message}{held}")
