@@ -64,7 +64,7 @@ def plugin_holds(graph: gs.Graph) -> Held:
     """Default-domain nodes that are no ONNX op (plugin nodes): the converter cannot
     know them."""
     return {n.outputs[0].name: [] for g in all_graphs(graph) for n in g.nodes
-            if is_onnx(n) and n.outputs and not onnx.defs.has(n.op)}
+            if is_onnx(n) and n.outputs and n.outputs[0].name and not onnx.defs.has(n.op)}
 
 
 def adapterless_op(err: Exception) -> str | None:
@@ -76,7 +76,10 @@ def adapterless_op(err: Exception) -> str | None:
 def same_meaning(graph: gs.Graph, op: str, current: int, target: int
                  ) -> tuple[Held | None, str]:
     """Every default-domain node of `op`, with what to drop, when each means the same at
-    `target` (module docstring); else None and why (for the first node that does not)."""
+    `target` (module docstring); else None and why (for the first node that does not).
+    Downgrades only: an upgrade the converter cannot make is left to its message."""
+    if target >= current:
+        return None, "only downgrades hold nodes"
     try:
         newer = onnx.defs.get_schema(op, current)
         older = onnx.defs.get_schema(op, target)
@@ -91,7 +94,9 @@ def same_meaning(graph: gs.Graph, op: str, current: int, target: int
     held: Held = {}
     for g in all_graphs(graph):
         for node in g.nodes:
-            if not is_onnx(node, op) or not node.outputs:
+            if not is_onnx(node, op) or not node.outputs or not node.outputs[0].name:
+                if is_onnx(node, op):
+                    return None, f"{node_label(node)}: its first output is omitted"
                 continue
             drop, why = _fits(node, newer, older)
             if why is not None:
