@@ -279,6 +279,22 @@ def _unary(op: str, opset: int, elem=F, **attrs) -> onnx.ModelProto:
     return _model([node], [_vi("x", [2, 3, 8], elem)], [_vi("y", [2, 3, 8], elem)], opset=opset)
 
 
+def test_ops_the_target_parses_get_one_note_per_op_after_the_others():
+    """28 HardSwish/HardSigmoid nodes on mobilenet_v3 each said "parses it natively" and
+    buried the notes that matter; one note per op type, after them."""
+    nodes = [helper.make_node("HardSwish", ["x"], ["a"], name="hs1"),
+             helper.make_node("HardSwish", ["a"], ["b"], name="hs2"),
+             helper.make_node("HardSigmoid", ["b"], ["c"], name="hsig"),
+             helper.make_node("NonZero", ["c"], ["y"], name="nz")]
+    model = _model(nodes, [_vi("x", [2, 3])], [_vi("y", [2, None], TensorProto.INT64)], opset=17)
+    graph = to_graph(model)
+    result = LowerUnsupported().run(graph, _ctx("8.4"))  # 8.4 has no NonZero
+    notes = [(n.subject, n.reason) for n in result.notes]
+    assert notes[0][0] == "NonZero 'nz'"
+    assert notes[1:] == [("HardSwish (2 nodes)", "TensorRT 8.4 parses it natively"),
+                         ("HardSigmoid 'hsig'", "TensorRT 8.4 parses it natively")]
+
+
 @pytest.mark.parametrize(("approximate", "expected", "key"), [
     ("none", ["Div", "Mul", "Erf", "Add", "Mul"], "Div, Erf, Add, Mul"),
     ("tanh", ["Pow", "Mul", "Mul", "Add", "Mul", "Tanh", "Add", "Mul"], "Pow, Mul, Add, Tanh"),

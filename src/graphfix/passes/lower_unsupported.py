@@ -121,13 +121,16 @@ class LowerUnsupported(Pass):
             return result
         opset, names = opset_of(graph), names_in_use(graph)
         plugins, replaceable = _Plugins(opset, ctx.plugin_rules, target), {}
+        native: dict[str, list[str]] = {}  # op -> labels of nodes the target parses as they are
         for g in list(all_graphs(graph)):
             for node in [n for n in g.nodes if n.outputs and is_onnx(n)]:
                 env = Env(g, opset, float_dtype(node.inputs[0]) if node.inputs else None)
                 checked = _check(node, env, target, forced, plugins)
                 if checked is None:
                     continue
-                if isinstance(checked, str):
+                if checked == NATIVE:
+                    native.setdefault(node.op, []).append(node_label(node))
+                elif isinstance(checked, str):
                     result.notes.append(Note(node_label(node), checked))
                 elif not ctx.allow_rewrite(self.name, f"{node_label(node)} into "
                                                       f"{', '.join(dict.fromkeys(checked.ops))}"):
@@ -137,12 +140,27 @@ class LowerUnsupported(Pass):
                         replaceable.setdefault(node.op, rule)
                     _lower(node, checked, env, names, target, forced, result, plugins)
         result.changed = bool(result.counts)
+        result.notes.extend(_native_notes(native, target))
         result.notes.extend(_chosen(op, replaceable[op]) for op in sorted(replaceable))
         result.notes.extend(_opset_note(opset, target))
         if not result.changed and not result.notes:
             what = f"for {target.label()}" if target is not None else "of the forced op types"
             result.notes.append(Note("graph", f"no node to lower {what}"))
         return result
+
+
+NATIVE = "parses it natively"
+"""`_check`'s answer for a node with a lowering that the target parses as it is: one note
+per op type (mobilenet_v3 has 28 HardSwish/HardSigmoid nodes; a note each buried the
+notes that matter)."""
+
+
+def _native_notes(native: dict[str, list[str]], target) -> list[Note]:
+    notes = []
+    for op, labels in native.items():
+        subject = labels[0] if len(labels) == 1 else f"{op} ({len(labels)} nodes)"
+        notes.append(Note(subject, f"{target.label()} {NATIVE}"))
+    return notes
 
 
 def _check(node: gs.Node, env: Env, target, forced: frozenset[str], plugins: _Plugins
@@ -160,7 +178,7 @@ def _check(node: gs.Node, env: Env, target, forced: frozenset[str], plugins: _Pl
         if row is not None and row.supported:
             why = lowering.restricted(node, env, row.restrictions) if row.restrictions else None
             if why is None:
-                return f"{target.label()} parses it natively"
+                return NATIVE
         else:
             why = (f"{target.label()} " + ("does not list it" if row is None
                                            else "lists it as unsupported"))
