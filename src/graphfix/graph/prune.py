@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from graphfix.graph.walk import tensor_map
+from graphfix.graph.walk import bodies, tensor_map
 
 
 def prune(graph: gs.Graph, recurse_functions: bool = True) -> int:
@@ -31,7 +31,7 @@ def prune(graph: gs.Graph, recurse_functions: bool = True) -> int:
     does (module docstring); returns how many nodes were dropped, bodies included."""
     dropped = 0
     for node in graph.nodes:
-        for sub in _bodies(node):
+        for sub in bodies(node) if node.attrs else ():
             dropped += prune(sub, recurse_functions=False)
     if recurse_functions:
         for function in graph.functions:
@@ -47,16 +47,6 @@ def prune(graph: gs.Graph, recurse_functions: bool = True) -> int:
     _detach(gone)
     graph.nodes = kept
     return dropped + len(gone)
-
-
-def _bodies(node: gs.Node) -> list[gs.Graph]:
-    out = []
-    for value in node.attrs.values():
-        if isinstance(value, gs.Graph):
-            out.append(value)
-        elif type(value) is list and value and isinstance(value[0], gs.Graph):
-            out.extend(value)
-    return out
 
 
 def _used_nodes(graph: gs.Graph) -> set[int]:
@@ -83,7 +73,7 @@ def _used_nodes(graph: gs.Graph) -> set[int]:
                 continue
             used.add(id(node))
             follow(node.inputs)
-            for sub in _bodies(node):
+            for sub in bodies(node) if node.attrs else ():
                 follow(sub._foreign_tensors().values())
     return used
 

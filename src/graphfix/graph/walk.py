@@ -19,7 +19,7 @@ def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
     yield graph
     for node in graph.nodes:
         attrs = node.attrs
-        if attrs:  # inlined `_bodies`: a generator per node was a third of the walk
+        if attrs:  # inlined `bodies`: a generator per node was a third of the walk
             for value in attrs.values():
                 if isinstance(value, gs.Graph):
                     yield from all_graphs(value)
@@ -28,7 +28,7 @@ def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
                         yield from all_graphs(sub)
 
 
-def _bodies(node: gs.Node) -> Iterator[gs.Graph]:
+def bodies(node: gs.Node) -> Iterator[gs.Graph]:
     """The node's graph-valued attributes (If branches, Loop and Scan bodies)."""
     for value in node.attrs.values():
         if isinstance(value, gs.Graph):
@@ -125,7 +125,7 @@ def _sorted(g: gs.Graph) -> bool:
     seen: set[int] = set()
     for node in g.nodes:
         reads = list(node.inputs)
-        for sub in _bodies(node) if node.attrs else ():
+        for sub in bodies(node) if node.attrs else ():
             reads += foreign_tensors(sub)
         if any(id(t) in written and id(t) not in seen for t in reads):
             return False

@@ -94,10 +94,10 @@ def same_meaning(graph: gs.Graph, op: str, current: int, target: int
     held: Held = {}
     for g in all_graphs(graph):
         for node in g.nodes:
-            if not is_onnx(node, op) or not node.outputs or not node.outputs[0].name:
-                if is_onnx(node, op):
-                    return None, f"{node_label(node)}: its first output is omitted"
+            if not is_onnx(node, op):
                 continue
+            if not node.outputs or not node.outputs[0].name:
+                return None, f"{node_label(node)}: its first output is omitted"
             drop, why = _fits(node, newer, older)
             if why is not None:
                 return None, f"{node_label(node)}: {why}"

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from graphfix.plugins.native_common import emitter_for, inputs_of, require_opset
+from graphfix.plugins.native_common import emitter_for, inputs_of, require, require_opset
 from graphfix.runtime.references import (
     Decompose,
     Decomposition,
@@ -95,18 +95,35 @@ def deform_conv2d(x: np.ndarray, weight: np.ndarray, offset: np.ndarray,
     return out.astype(x.dtype, copy=False)
 
 
+def plugin_params(attrs: dict[str, Any], op_type: str) -> dict[str, Any]:
+    """DeformConv's attributes from TensorRT's ModulatedDeformConv2d fields {stride,
+    padding, dilation INTS[2], group, deformable_group INT; all five required}, or
+    Unavailable: a field missing, not two values, not the same for height and width (see
+    `native.deform_conv`), or a value the plugin rejects."""
+    require(attrs, ("stride", "padding", "dilation", "group", "deformable_group"), op_type)
+    pairs = {k: [int(v) for v in np.ravel(attrs[k])] for k in ("stride", "padding", "dilation")}
+    if any(len(v) != 2 for v in pairs.values()):
+        raise Unavailable("stride, padding and dilation must have 2 values each")
+    if any(v[0] != v[1] for v in pairs.values()):
+        raise Unavailable(f"asymmetric {pairs}: the plugin reads these as [W, H], TensorRT's "
+                          "DeformConv importer passes [H, W]")
+    (stride, _), (pad, _), (dilation, _) = (pairs[k] for k in ("stride", "padding", "dilation"))
+    group = int(np.ravel(attrs["group"])[0])
+    offset_group = int(np.ravel(attrs["deformable_group"])[0])
+    if stride <= 0 or dilation <= 0 or pad < 0 or group <= 0 or offset_group <= 0:
+        raise Unavailable("the plugin rejects these attribute values")
+    return {"strides": [stride] * 2, "pads": [pad] * 4, "dilations": [dilation] * 2,
+            "group": group, "offset_group": offset_group}
+
+
 def plugin_kernel(inputs: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
     """TensorRT's ModulatedDeformConv2d(x, offset, mask, weight [, bias]) where the model's
-    opset has no DeformConv; `native.deform_conv` has checked the attributes first
-    (symmetric, positive, all present)."""
+    opset has no DeformConv (`native.deform_conv` has refused what `plugin_params` does
+    not take before this runs)."""
     x, offset, mask, weight = inputs[:4]
     bias = inputs[4] if len(inputs) > 4 else None
-    pad = int(np.ravel(attrs["padding"])[0])
     return [deform_conv2d(x, weight, offset, mask, bias,
-                          strides=[int(v) for v in np.ravel(attrs["stride"])],
-                          pads=[pad] * 4, dilations=[int(v) for v in np.ravel(attrs["dilation"])],
-                          group=int(np.ravel(attrs["group"])[0]),
-                          offset_group=int(np.ravel(attrs["deformable_group"])[0]))]
+                          **plugin_params(attrs, "ModulatedDeformConv2d"))]
 
 
 # ----------------------------------------------------------------------------- mmcv

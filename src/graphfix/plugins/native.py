@@ -36,7 +36,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from graphfix.plugins.deform import plugin_kernel
+from graphfix.plugins.deform import plugin_kernel, plugin_params
 from graphfix.plugins.native_common import (
     emitter_for,
     inputs_of,
@@ -188,24 +188,12 @@ def deform_conv(node: onnx.NodeProto, opset: int) -> Decomposition:
     cannot keep the plugin's numbers in both onnxruntime and TensorRT: Unavailable. Below
     opset 19 the check computes it with `plugins.deform`'s numpy kernel instead."""
     inputs = inputs_of(node, (4, 5))
-    a = attributes(node)
-    require(a, ("stride", "padding", "dilation", "group", "deformable_group"), node.op_type)
-    pairs = {k: [int(v) for v in np.ravel(a[k])] for k in ("stride", "padding", "dilation")}
-    if any(len(v) != 2 for v in pairs.values()):
-        raise Unavailable("stride, padding and dilation must have 2 values each")
-    if any(v[0] != v[1] for v in pairs.values()):
-        raise Unavailable(f"asymmetric {pairs}: the plugin reads these as [W, H], TensorRT's "
-                          "DeformConv importer passes [H, W]")
-    (stride, _), (pad, _), (dilation, _) = (pairs[k] for k in ("stride", "padding", "dilation"))
-    group, offset_group = int(np.ravel(a["group"])[0]), int(np.ravel(a["deformable_group"])[0])
-    if stride <= 0 or dilation <= 0 or pad < 0 or group <= 0 or offset_group <= 0:
-        raise Unavailable("the plugin rejects these attribute values")
+    params = plugin_params(attributes(node), node.op_type)
     require_opset(opset, 19, "DeformConv")  # below 19 the check uses deform.plugin_kernel
     x, offset, mask, weight = inputs[:4]
     bias = inputs[4] if len(inputs) == 5 else ""
     em = emitter_for(node, opset)
-    em.op("DeformConv", [x, weight, offset, bias, mask], node.output[0], strides=[stride] * 2,
-          pads=[pad] * 4, dilations=[dilation] * 2, group=group, offset_group=offset_group)
+    em.op("DeformConv", [x, weight, offset, bias, mask], node.output[0], **params)
     return em.decomposition()
 
 
