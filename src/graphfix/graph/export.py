@@ -92,7 +92,7 @@ def _fill_value_info(field, tensor: gs.Tensor) -> None:
             or (shape is not None and not all(d is None or type(d) in (int, str)
                                               for d in shape))):
         if tensor.dtype is not None and elem is None:
-            _learn_elem_type(tensor.dtype)
+            elem_type(tensor.dtype)  # learnt for the next tensor of this dtype
         field.append(OnnxExporter.export_value_info_proto(tensor, False))
         return
     info = field.add()
@@ -120,12 +120,19 @@ def _constant_elem_type(t: gs.Constant) -> int:
 _ELEM_TYPES: dict = {}  # numpy dtype -> ONNX element type, as gs's dtype_to_onnx maps it
 
 
-def _learn_elem_type(dtype) -> None:
+def elem_type(dtype) -> int | None:
+    """The ONNX element type gs exports a numpy `dtype` as (its `dtype_to_onnx`, which
+    rebuilds its table per call, learnt once per dtype); None where gs has none."""
     try:
-        if not isinstance(dtype, int):
-            _ELEM_TYPES[dtype] = dtype_to_onnx(dtype)
-    except Exception:  # noqa: BLE001 - gs's own export raises it again, as before
-        pass
+        elem = _ELEM_TYPES.get(dtype)
+    except TypeError:  # unhashable: a TypeProto (optional types)
+        return None
+    if elem is None and not isinstance(dtype, int):
+        try:
+            elem = _ELEM_TYPES[dtype] = dtype_to_onnx(dtype)
+        except Exception:  # noqa: BLE001 - gs's own export raises it again, as before
+            return None
+    return elem
 
 
 def fill_node(proto: onnx.NodeProto, node: gs.Node) -> None:

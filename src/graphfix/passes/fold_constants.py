@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import all_graphs, count_nodes, is_graph_output, is_onnx
+from graphfix.graph.propagate import propagate_shapes
 from graphfix.graph.prune import prune
 from graphfix.graph.shapes import infer_shapes, unnamed_dims_may_be_static
-from graphfix.graph.walk import toposort
+from graphfix.graph.walk import tensor_map, toposort
 from graphfix.passes._fold_closure import fold_closure, lower_constant_nodes
 from graphfix.passes._fold_eval import (
     excluded,
@@ -32,8 +33,9 @@ from graphfix.passes._fold_eval import (
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
 from graphfix.runtime.work import runaway_loops
 
-MAX_ROUNDS = 8
-"""Rounds of shape folding and evaluation in one run (each after shape inference)."""
+MAX_ROUNDS = 12
+"""Rounds of shape folding and evaluation in one run (each after shape inference, node
+by node or of the whole graph: `FoldConstants._rounds`)."""
 
 
 @dataclass(frozen=True)
@@ -95,20 +97,44 @@ class FoldConstants(Pass):
 
     def _rounds(self, graph: gs.Graph, threshold: int | None) -> tuple[int, int]:
         """Fold shapes and evaluate until no Shape folds (at most `MAX_ROUNDS`); returns
-        how many Shapes folded and how many Ifs were inlined."""
+        how many Shapes folded and how many Ifs were inlined.
+
+        A round that folded something gives the next its shapes by node-by-node inference
+        from the tensors it made constant (`graph.propagate`); when that finds nothing
+        more to fold, one whole-graph inference decides whether the fixed point is
+        reached (swin_t: 5 whole-graph inferences, 0.3 s, became 4 node-by-node ones and
+        1 whole-graph one)."""
         shapes = inlined = 0
+        whole = True  # the shapes are those of a whole-graph inference
         for _ in range(MAX_ROUNDS):
+            variables = _variables(graph)
             folded_shapes = fold_static_shapes(graph) if self.options.shapes else 0
             inlined += _evaluate(graph, threshold)
             prune(graph)
             shapes += folded_shapes
-            if not folded_shapes:
+            if folded_shapes:
+                # a Reshape whose target just became constant has a known output shape
+                # now, which a Shape further down may read: fold again (one run is then
+                # enough, as the pass contract asks)
+                propagate_shapes(graph, _now_constant(graph, variables))
+                whole = False
+            elif whole:
                 break
-            # a Reshape whose target just became constant has a known output shape
-            # now, which a Shape further down may read: fold again (one run is then
-            # enough, as the pass contract asks)
-            infer_shapes(graph)
+            else:
+                infer_shapes(graph)
+                whole = True
         return shapes, inlined
+
+
+def _variables(graph: gs.Graph) -> set[int]:
+    """The ids of the main graph's variable tensors."""
+    return {id(t) for t in tensor_map(graph).values() if isinstance(t, gs.Variable)}
+
+
+def _now_constant(graph: gs.Graph, variables: set[int]) -> list[gs.Tensor]:
+    """The main graph's tensors that were variables (`_variables`) and are constants now."""
+    return [t for t in tensor_map(graph).values()
+            if isinstance(t, gs.Constant) and id(t) in variables]
 
 
 def _refine_symbolically(graph: gs.Graph, sizes: dict[str, tuple[int, ...]]) -> bool:
