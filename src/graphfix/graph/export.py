@@ -19,11 +19,7 @@ import math
 import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper
-from onnx_graphsurgeon.exporters.onnx_exporter import (
-    OnnxExporter,
-    dtype_to_onnx,
-    update_import_domains,
-)
+from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, dtype_to_onnx
 from onnx_graphsurgeon.ir.tensor import LazyValues, SparseValues
 
 from graphfix.graph.walk import tensor_map
@@ -38,8 +34,9 @@ def export_model(graph: gs.Graph, max_elements: int | None = None) -> onnx.Model
     elements are typed graph inputs instead of initializers (shape inference's input)."""
     model = onnx.ModelProto()
     model.ir_version = onnx.IR_VERSION
-    _fill(model.graph, graph, max_elements)
-    model.opset_import.extend(update_import_domains(graph))
+    domains: set[str | None] = set()
+    _fill(model.graph, graph, max_elements, domains)
+    model.opset_import.extend(_import_domains(graph, domains))
     model.functions.extend(OnnxExporter.export_function(f) for f in graph.functions)
     model.producer_name = graph.producer_name
     model.producer_version = graph.producer_version
@@ -48,9 +45,27 @@ def export_model(graph: gs.Graph, max_elements: int | None = None) -> onnx.Model
     return model
 
 
-def _fill(proto: onnx.GraphProto, graph: gs.Graph, max_elements: int | None = None) -> None:
+def _import_domains(graph: gs.Graph, used: set[str | None]) -> list:
+    """gs's `update_import_domains`, given the domains the nodes use (collected while
+    filling them: gs walks every node's bodies again, a fifth of an export): the graph's
+    opset imports, and version 1 of each other domain a node uses (in name order)."""
+    if graph.import_domains is None:
+        graph.import_domains = [helper.make_opsetid("", graph.opset)]
+    current = {opset.domain for opset in graph.import_domains}
+    for domain in sorted(d for d in used if d is not None and d not in current):
+        graph.import_domains.append(helper.make_opsetid(domain, 1))
+    return graph.import_domains
+
+
+def _fill(proto: onnx.GraphProto, graph: gs.Graph, max_elements: int | None = None,
+          domains: set[str | None] | None = None) -> None:
+    """Fill `proto` from `graph`; the domains its nodes (bodies included) use are added
+    to `domains`."""
+    if domains is None:
+        domains = set()
     for node in graph.nodes:
-        fill_node(proto.node.add(), node)
+        domains.add(node.domain)
+        fill_node(proto.node.add(), node, domains)
     proto.name = graph.name
     for t in graph.inputs:
         _fill_value_info(proto.input, t)
@@ -135,8 +150,9 @@ def elem_type(dtype) -> int | None:
     return elem
 
 
-def fill_node(proto: onnx.NodeProto, node: gs.Node) -> None:
-    """As `helper.make_node` + gs's `export_attributes`, bodies filled in place."""
+def fill_node(proto: onnx.NodeProto, node: gs.Node, domains: set | None = None) -> None:
+    """As `helper.make_node` + gs's `export_attributes`, bodies filled in place (the
+    domains their nodes use go to `domains`)."""
     proto.op_type = node.op
     proto.input.extend(t.name for t in node.inputs)
     proto.output.extend(t.name for t in node.outputs)
@@ -153,7 +169,7 @@ def fill_node(proto: onnx.NodeProto, node: gs.Node) -> None:
             attr = proto.attribute.add()
             attr.name = key
             attr.type = onnx.AttributeProto.GRAPH
-            _fill(attr.g, value)
+            _fill(attr.g, value, None, domains)
         else:
             proto.attribute.extend(OnnxExporter.export_attributes({key: value}))
 
