@@ -190,23 +190,31 @@ def apply_inferred(graph: gs.Graph, inferred: onnx.ModelProto, refine_only: bool
 
     `refine_only` (onnxruntime's symbolic shapes): only where the tensor's rank is known
     and the same."""
-    shapes, dtypes = {}, {}
+    shaped: dict[str, onnx.TypeProto.Tensor] = {}  # the types that have a shape
+    dtypes: dict[str, int] = {}
     for g in graph_protos(inferred.graph):
         for vi in list(g.value_info) + list(g.output):
             tensor_type = vi.type.tensor_type
             if tensor_type.HasField("shape"):
-                shapes[vi.name] = [_dim(d) for d in tensor_type.shape.dim]
+                shaped[vi.name] = tensor_type
             if tensor_type.elem_type:
                 dtypes[vi.name] = tensor_type.elem_type
     updated = 0
     for t in _inner_variables(graph):
-        new = shapes.get(t.name)
-        changed = False
-        if refine_only and (new is None or t.shape is None or len(new) != len(t.shape)):
+        inferred_type = shaped.get(t.name)
+        old = t.shape
+        if refine_only and (inferred_type is None or old is None
+                            or len(inferred_type.shape.dim) != len(old)):
             continue
-        if new is not None and _static_count(new) > _static_count(t.shape):
-            t.shape = new
-            changed = True
+        changed = False
+        if inferred_type is not None:
+            dims = inferred_type.shape.dim
+            count = _static_count(old)
+            if count < len(dims):  # else no inferred shape can be more static
+                new = [_dim(d) for d in dims]
+                if _static_count(new) > count:
+                    t.shape = new
+                    changed = True
         if t.dtype is None and t.name in dtypes:
             dtype = _np_dtype(dtypes[t.name])
             if dtype is not None:
@@ -226,8 +234,9 @@ def _np_dtype(elem_type: int) -> np.dtype | None:
 
 def _inner_variables(graph: gs.Graph) -> list[gs.Variable]:
     """Every non-constant tensor that is not an input of the graph or of a subgraph."""
-    inputs = {id(t) for g in all_graphs(graph) for t in g.inputs}
-    return [t for g in all_graphs(graph) for t in tensor_map(g).values()
+    graphs = list(all_graphs(graph))
+    inputs = {id(t) for g in graphs for t in g.inputs}
+    return [t for g in graphs for t in tensor_map(g).values()
             if isinstance(t, gs.Variable) and id(t) not in inputs]
 
 

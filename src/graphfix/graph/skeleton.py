@@ -22,7 +22,11 @@ MAX_ELEMENTS = 1024
 def skeleton(model: onnx.ModelProto, max_elements: int = MAX_ELEMENTS) -> onnx.ModelProto:
     """The model with its large main-graph initializers replaced by typed graph inputs."""
     src = model.graph
-    graph = onnx.GraphProto()
+    out = onnx.ModelProto()
+    out.ir_version = model.ir_version
+    out.opset_import.extend(model.opset_import)
+    out.functions.extend(model.functions)
+    graph = out.graph  # filled in place: a copy of the whole graph less
     graph.name = src.name
     graph.node.extend(src.node)
     graph.output.extend(src.output)
@@ -35,9 +39,4 @@ def skeleton(model: onnx.ModelProto, max_elements: int = MAX_ELEMENTS) -> onnx.M
             graph.initializer.append(t)
         elif t.name not in listed:
             graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    out = onnx.ModelProto()
-    out.ir_version = model.ir_version
-    out.opset_import.extend(model.opset_import)
-    out.functions.extend(model.functions)
-    out.graph.CopyFrom(graph)
     return out

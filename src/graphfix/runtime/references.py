@@ -139,7 +139,8 @@ class References:
 def needs_reference(model: onnx.ModelProto) -> bool:
     """Whether any node (subgraphs included) is one onnxruntime cannot run natively."""
     functions = {(f.domain, f.name) for f in model.functions}
-    return any(_foreign(node, functions) for node in all_nodes(model.graph))
+    kinds = {(node.domain, node.op_type) for node in all_nodes(model.graph)}
+    return any(_foreign_kind(domain, op, functions) for domain, op in kinds)
 
 
 def substitute(model: onnx.ModelProto, references: References | None = None) -> Substitution:
@@ -353,13 +354,18 @@ def _fit(dec: Decomposition, node: onnx.NodeProto, taken: set[str]) -> None:
 def _foreign(node: onnx.NodeProto, functions: set[tuple[str, str]]) -> bool:
     """onnxruntime cannot run it: a TensorRT plugin, or an op of no domain it implements.
     Model-local functions run (onnxruntime inlines them)."""
-    if (node.domain, node.op_type) in functions:
+    return _foreign_kind(node.domain, node.op_type, functions)
+
+
+def _foreign_kind(domain: str, op: str, functions: set[tuple[str, str]]) -> bool:
+    """`_foreign` of a node of that domain and op type."""
+    if (domain, op) in functions:
         return False
-    domain = _norm(node.domain)
+    domain = _norm(domain)
     if domain in ("", "ai.onnx.ml"):
-        return not onnx.defs.has(node.op_type, domain)  # Split, ScatterND: standard, not plugins
+        return not onnx.defs.has(op, domain)  # Split, ScatterND: standard, not plugins
     if domain == "com.microsoft":
-        return plugin_for(node.op_type) is not None
+        return plugin_for(op) is not None
     return True
 
 
