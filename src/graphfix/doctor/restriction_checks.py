@@ -17,6 +17,7 @@ import onnx
 from onnx import TensorProto
 
 from graphfix.doctor.view import ModelView, NodeRef
+from graphfix.graph.protos import text
 
 UNKNOWN = "unknown"  # a checker's answer when the model does not settle it
 Checker = Callable[[NodeRef, ModelView, re.Match], str | None]  # violation text, None, UNKNOWN
@@ -52,7 +53,7 @@ def attr_value(ref: NodeRef, view: ModelView, name: str):
     """The node's attribute, else the schema's default (None when it has neither);
     strings as str."""
     value = ref.attr(name)
-    return schema_default(ref, view, name) if value is None else _text(value)
+    return schema_default(ref, view, name) if value is None else text(value)
 
 
 def schema_default(ref: NodeRef, view: ModelView, name: str):
@@ -61,11 +62,7 @@ def schema_default(ref: NodeRef, view: ModelView, name: str):
     attribute = found.attributes.get(name) if found is not None else None
     if attribute is None or not attribute.default_value.name:
         return None
-    return _text(onnx.helper.get_attribute_value(attribute.default_value))
-
-
-def _text(value):
-    return value.decode() if isinstance(value, bytes) else value
+    return text(onnx.helper.get_attribute_value(attribute.default_value))
 
 
 def quoted(match: re.Match) -> list[str]:

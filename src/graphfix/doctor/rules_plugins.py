@@ -22,6 +22,7 @@ import onnx.defs
 
 from graphfix.doctor.findings import ERROR, INFO, WARN, Finding
 from graphfix.doctor.view import ModelView, NodeRef
+from graphfix.graph.protos import text
 from graphfix.plugins.nodes import problems as node_problems
 from graphfix.trt import (
     PluginSpec,
@@ -60,7 +61,7 @@ def plugins(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
             continue
         if (ref.domain, ref.op) in functions and target.at_least(_LOCAL_FUNCTIONS_FROM):
             continue
-        version = _text(ref.attr("plugin_version", "1"))
+        version = str(text(ref.attr("plugin_version", "1")))
         groups.setdefault((ref.domain, ref.op, version), []).append(ref)
     for (domain, op, version), refs in groups.items():
         spec = plugin_for(op)
@@ -73,11 +74,6 @@ def plugins(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
             if spec.status_at(target) != "removed":
                 for ref in refs:
                     yield from _attributes(spec, ref, target)
-
-
-def _text(value: object) -> str:
-    """A STRING attribute's value as text (onnx gives bytes)."""
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def _nodes(refs: list[NodeRef]) -> tuple[str, ...]:
@@ -187,8 +183,8 @@ def _attributes(spec: PluginSpec, ref: NodeRef, target: TrtTarget) -> Iterator[F
 def _unknown(domain: str, op: str, refs: list[NodeRef], target: TrtTarget,
              spec: PluginSpec | None) -> Finding:
     rules = plugin_attribute_rules()
-    namespace = _text(refs[0].attr("plugin_namespace", ""))
-    version = _text(refs[0].attr("plugin_version", "1"))
+    namespace = str(text(refs[0].attr("plugin_namespace", "")))
+    version = str(text(refs[0].attr("plugin_version", "1")))
     if spec is not None:
         why = (f"{op} is a TensorRT {spec.added_in} custom op; TensorRT {target.effective} "
                "has no importer for it, so it is looked up as a plugin")

@@ -12,6 +12,12 @@ from collections.abc import Iterator
 import onnx
 
 
+def text(value: object) -> object:
+    """A STRING attribute's value as text (onnx gives bytes; bytes that are not UTF-8 are
+    replaced, not raised on); any other value as it is."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
 def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
     """The bodies in one node's attributes (If branches, Loop/Scan bodies)."""
     for attr in node.attribute:

@@ -37,7 +37,7 @@ import onnx_graphsurgeon as gs
 from onnx import helper
 
 from graphfix.graph import all_graphs, constant_value, is_onnx, node_label
-from graphfix.graph.protos import all_nodes
+from graphfix.graph.protos import all_nodes, text
 
 HOLD_DOMAIN = "graphfix.opset.hold"
 _NO_ADAPTER = re.compile(r"No Adapter (?:From|To) Version \$\d+ for (\w+)|"
@@ -109,7 +109,7 @@ def _fits(node: gs.Node, newer, older) -> tuple[list[str], str | None]:
     drop = []
     for name, value in node.attrs.items():
         if name in older.attributes:
-            if node.op == "Pad" and name == "mode" and _text(value) == "wrap":
+            if node.op == "Pad" and name == "mode" and text(value) == "wrap":
                 return drop, f"mode 'wrap' (from opset {newer.since_version})"
             continue
         if node.op == "Split" and name == "num_outputs":
@@ -189,10 +189,6 @@ def _equal_parts(node: gs.Node, parts) -> str | None:
     if dim % int(parts):
         return f"num_outputs={parts} does not divide the dim {dim} into equal parts"
     return None
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def hold(model: onnx.ModelProto, held: Held) -> None:
