@@ -7,6 +7,7 @@ import pytest
 from gfhelpers import feeds_for, ops, parse, spy
 
 from graphfix.errors import GraphfixError
+from graphfix.graph import to_graph
 from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
 from graphfix.passes.cleanup import Cleanup
 from graphfix.passes.manager import run_passes, run_pipeline
@@ -327,6 +328,42 @@ def test_passes_see_inferred_shapes_of_intermediate_tensors():
 
     run(model, Spy(), Cleanup(), Spy())
     assert seen["r"] == [2, 3]
+
+
+def test_passes_are_told_the_shapes_are_inferred_and_fold_constants_does_not_infer_again(
+        monkeypatch):
+    """fold-constants infers shapes first where a Shape reads a tensor without one
+    (exporters record none); under the manager the graph has them already, and a tensor
+    still without one stays so whatever inference runs."""
+    import graphfix.passes.fold_constants as fold_constants
+    from graphfix.passes.fold_constants import FoldConstants
+
+    model = parse('<ir_version: 8, opset_import: ["" : 17, "custom" : 1]>' + """
+    g (float[2,3] x) => (float[2,3] y) {
+        c = custom.Op(x)
+        s = Shape(c)
+        y = Reshape(x, s)
+    }""")
+    told = []
+
+    class Spy(_TestPass):
+        name = "spy"
+
+        def run(self, graph, ctx):
+            told.append(ctx.shapes_inferred)
+            return PassResult(changed=False, notes=[Note("graph", "spy")])
+
+    inferred = spy(monkeypatch, fold_constants, "infer_shapes",
+                   lambda graph, **kwargs: kwargs.get("symbolic", False))
+    ctx = PassContext()
+    _, report = run_passes(model, [("spy", Spy()), ("fold-constants", FoldConstants())],
+                           OutputCheck.disabled("test"), ctx)
+    assert told == [True] and not ctx.shapes_inferred  # only while a pass runs
+    # ONNX's inference not again (onnxruntime's symbolic one may refine c, and does)
+    assert report.passes[1].status == UNCHANGED and False not in inferred
+    inferred.clear()
+    FoldConstants().run(to_graph(model), PassContext())
+    assert inferred[0] is False  # outside the manager it infers first
 
 
 def test_rollback_keeps_the_rejected_model_for_the_callback_not_the_json():

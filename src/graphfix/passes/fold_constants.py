@@ -59,7 +59,8 @@ class FoldConstants(Pass):
         from onnx_graphsurgeon.logger import G_LOGGER
 
         before = count_nodes(graph)
-        if self.options.shapes and any(t.shape is None for t in _shape_inputs(graph)):
+        if self.options.shapes and not ctx.shapes_inferred and any(
+                t.shape is None for t in _shape_inputs(graph)):
             # Shape folds only where the graph knows the shape; exporters often write
             # none for intermediates (the manager gives the graph what inference found)
             infer_shapes(graph)

@@ -120,8 +120,9 @@ class FoldReshapeTargets(Pass):
         candidates = [node for g in all_graphs(graph) for node in g.nodes
                       if is_onnx(node, "Reshape") and len(node.inputs) >= 2
                       and constant_value(node.inputs[1]) is None]
-        if candidates and any(is_onnx(n, "Shape") and n.inputs and n.inputs[0].shape is None
-                              for g in all_graphs(graph) for n in g.nodes):
+        if candidates and not ctx.shapes_inferred and any(
+                is_onnx(n, "Shape") and n.inputs and n.inputs[0].shape is None
+                for g in all_graphs(graph) for n in g.nodes):
             # exporters record no shapes for intermediates (a Reshape's output read by
             # the next Shape): without inference, a second run would fold what this one
             # could not see

@@ -504,7 +504,11 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
     before = state.current_fingerprint()
     graph = state.graph
     try:
-        result = pass_.run(graph, ctx)
+        ctx.shapes_inferred = state.inferred is not None
+        try:
+            result = pass_.run(graph, ctx)
+        finally:
+            ctx.shapes_inferred = False
         if defer and not result.changed and not pass_.annotates_shapes:
             after = before  # taken at its word, checked later (`_Runner._check_unchanged`)
             state.untraced.append(record)
