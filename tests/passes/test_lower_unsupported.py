@@ -545,3 +545,116 @@ def test_api_run_keeps_the_pass_and_doctor_finds_nothing_unsupported_after():
     assert result.report.passes[0].check.startswith("passed")
     after = diagnose(result.model, parse_target("8.4")).findings
     assert [f for f in after if f.rule in ("op-unsupported", "opset-out-of-range")] == []
+
+
+# ----------------------------------------------------------------------------- integer types
+
+
+def _position_ids(length, int_type=TensorProto.INT32, source="bits"):
+    """RoBERTa's position ids: CumSum over Cast<int>(x > 0) (source "bits"), or over an
+    integer input's own values ("values")."""
+    nodes = [helper.make_node("CumSum", ["n", "axis"], ["y"], name="cumsum")]
+    if source == "bits":
+        nodes[:0] = [helper.make_node("Greater", ["x", "zero"], ["b"], name="gt"),
+                     helper.make_node("Cast", ["b"], ["n"], name="cast", to=int_type)]
+        inputs = [_vi("x", [2, length])]
+        inits = [numpy_helper.from_array(np.array(0, np.float32), "zero")]
+    else:
+        nodes[0].input[0] = "x"
+        inputs, inits = [_vi("x", [2, length], int_type)], []
+    inits.append(numpy_helper.from_array(np.array(1, np.int64), "axis"))
+    return _model(nodes, inputs, [_vi("y", [2, length], int_type)], inits)
+
+
+CUMSUM_KEY = "lowered CumSum into Cast, CumSum"
+
+
+@pytest.mark.parametrize("int_type", [TensorProto.INT32, TensorProto.INT64])
+def test_integer_cumsum_of_bits_is_summed_in_float_where_the_table_lists_floats_only(
+        int_type):
+    out = _lowers(_position_ids(7, int_type), "10.16", ["Greater", "Cast", "CumSum", "Cast"],
+                  {CUMSUM_KEY: 1}, rtol=0, atol=0)
+    graph = out.graph
+    assert graph.node[1].input[0] == "b"  # the bits straight to float (the integer Cast
+    # before is left to cleanup where nothing else reads it)
+    assert [helper.get_attribute_value(a) for a in graph.node[1].attribute] == [
+        TensorProto.FLOAT]
+    assert [helper.get_attribute_value(a) for a in graph.node[3].attribute] == [int_type]
+
+
+def test_a_dynamic_summed_axis_is_said_to_be_assumed_short():
+    model = _position_ids("L")
+    _lowers(model, "10.16", ["Greater", "Cast", "CumSum", "Cast"],
+            {CUMSUM_KEY: 1}, notes=[("CumSum 'cumsum'", (
+                "summed in float32: exact while the summed axis (dynamic here) is at most "
+                "2^24 = 16,777,216 long"))],
+            feed_sets=[feeds_for(model, x=(2, 300))], rtol=0, atol=0)
+
+
+def test_an_integer_cumsum_of_values_that_may_be_large_is_left():
+    _stays(_position_ids(7, source="values"), "10.16", [("CumSum 'cumsum'", (
+        "TensorRT 10.16 lists CumSum for FP32, FP16, BF16 only, not INT32, and it cannot "
+        "be computed in float32 exactly: its terms are not a Cast of a BOOL tensor, so "
+        "they may be large, and a float32 sum of large integers rounds"))])
+
+
+def _filled(value: np.ndarray, shape_from=(2, 3)):
+    """y = Min(ConstantOfShape(Shape(x)){value}, Cast<value type>(x)): T5's bucket clamp."""
+    elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("ConstantOfShape", ["s"], ["f"], name="fill",
+                              value=numpy_helper.from_array(value.reshape(1), "v")),
+             helper.make_node("Cast", ["x"], ["c"], name="cast", to=elem),
+             helper.make_node("Min", ["f", "c"], ["y"], name="min")]
+    return _model(nodes, [_vi("x", list(shape_from))], [_vi("y", list(shape_from), elem)])
+
+
+FILL_KEY = "lowered ConstantOfShape into ConstantOfShape, Cast"
+
+
+@pytest.mark.parametrize("value", [np.array(15, np.int64), np.array(-(2**24), np.int32)])
+def test_an_integer_constant_of_shape_is_filled_in_float_where_the_table_lists_fp32_only(
+        value):
+    feeds = {"x": (np.random.default_rng(0).standard_normal((2, 3)) * 40).astype(np.float32)}
+    out = _lowers(_filled(value), "8.6", ["Shape", "Cast", "ConstantOfShape", "Cast", "Min"],
+                  {FILL_KEY: 1}, feed_sets=[feeds], rtol=0, atol=0)
+    fill = next(n for n in out.graph.node if n.op_type == "ConstantOfShape")
+    assert numpy_helper.to_array(fill.attribute[0].t).dtype == np.float32
+
+
+def test_a_bool_constant_of_shape_is_filled_in_float_too():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("ConstantOfShape", ["s"], ["f"], name="fill",
+                              value=numpy_helper.from_array(np.array([True]), "v")),
+             helper.make_node("Greater", ["x", "zero"], ["g"]),
+             helper.make_node("And", ["f", "g"], ["y"])]
+    model = _model(nodes, [_vi("x", [2, 3])], [_vi("y", [2, 3], TensorProto.BOOL)],
+                   [numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    _lowers(model, "10.0", ["Shape", "Greater", "ConstantOfShape", "Cast", "And"],
+            {FILL_KEY: 1}, rtol=0, atol=0)
+
+
+def test_a_fill_float32_cannot_hold_exactly_is_left():
+    _stays(_filled(np.array(2**24 + 1, np.int64)), "8.6", [("ConstantOfShape 'fill'", (
+        "TensorRT 8.6 lists ConstantOfShape for FP32 only, not INT64 (INT32 after the "
+        "parser's cast), and it cannot be computed in float32 exactly: its value 16777217 "
+        "(int64) is not an integer float32 holds exactly (|v| <= 2^24) or a BOOL"))])
+
+
+def test_types_the_row_lists_are_left_alone():
+    nothing = [("graph", "no node to lower for TensorRT 10.16")]
+    _stays(_filled(np.array(15, np.int64)), "10.16", nothing)  # 10.1+ lists INT64 fills
+    _stays(_filled(np.array(1.5, np.float32)), "8.6",
+           [("graph", "no node to lower for TensorRT 8.6")])
+    cumsum = _model([helper.make_node("CumSum", ["x", "axis"], ["y"])], [_vi("x", [2, 3])],
+                    [_vi("y", [2, 3])], [numpy_helper.from_array(np.array(1, np.int64), "axis")])
+    _stays(cumsum, "10.16", nothing)
+
+
+def test_doctor_names_the_pass_for_integer_types_it_computes_in_float():
+    for model, trt in ((_position_ids(7), "10.16"), (_filled(np.array(15, np.int64)), "8.6")):
+        finding, = [f for f in diagnose(model, parse_target(trt)).findings
+                    if f.rule == "dtype-unsupported"]
+        assert finding.fix.startswith("lower-unsupported")
+        result = api_run(model, trt=trt, check=True)
+        assert not [f for f in result.diagnosis.findings if f.rule == "dtype-unsupported"]

@@ -8,20 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from onnx import TensorProto
-
 from graphfix.doctor.findings import ERROR, WARN, Finding
 from graphfix.doctor.rules_plugins import handles as plugin_handles
 from graphfix.doctor.view import ModelView, NodeRef
+from graphfix.plugins.retype import RETYPES
 from graphfix.trt import OpSupport, TrtTarget, documented_versions, parse_target
 
-# ONNX element type -> the name the matrix's "Supported Types" column uses.
-TYPE_NAMES = {
-    TensorProto.FLOAT: "FP32", TensorProto.FLOAT16: "FP16", TensorProto.BFLOAT16: "BF16",
-    TensorProto.DOUBLE: "DOUBLE", TensorProto.INT32: "INT32", TensorProto.INT64: "INT64",
-    TensorProto.INT8: "INT8", TensorProto.UINT8: "UINT8", TensorProto.BOOL: "BOOL",
-    TensorProto.FLOAT8E4M3FN: "FP8", TensorProto.INT4: "INT4",
-}
 # Ops whose first input is not the tensor the Types column describes: the input to read.
 _TYPED_INPUT = {"Where": 1, "ConstantOfShape": -1, "Shape": None, "Size": None,
                 "EyeLike": None, "RandomNormalLike": None, "RandomUniformLike": None,
@@ -93,21 +85,12 @@ def supported_nodes(view: ModelView, target: TrtTarget) -> Iterator[tuple[NodeRe
 def dtype_support(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
     """`dtype-unsupported` (error), `dtype-cast-down` (warn): the typed tensor of each
     supported op against the matrix's Supported Types column."""
-    cast_int64 = not target.at_least("9.0")  # parser notes: <= 8.6 casts INT64 to INT32
     grouped: dict[tuple[str, str, str], list[NodeRef]] = {}
     for ref, row in supported_nodes(view, target):
-        if not row.types:
-            continue
         name = _typed_tensor(ref)
-        type_name = TYPE_NAMES.get(view.elem_type(name)) if name else None
-        if type_name is None or type_name in row.types:
+        type_name = target.unlisted_type(ref.op, view.elem_type(name)) if name else None
+        if type_name is None:
             continue
-        if type_name == "INT64" and cast_int64:
-            # the parser casts INT64 down (rules_shapes.int64_values covers overflow): the
-            # node sees INT32, which is what the table must list
-            if "INT32" in row.types:
-                continue
-            type_name = "INT64 (INT32 after the parser's cast)"
         if type_name in ("INT8", "UINT8") and ref.op in ("QuantizeLinear", "DequantizeLinear"):
             continue
         grouped.setdefault((ref.op, type_name, ", ".join(row.types)), []).append(ref)
@@ -145,6 +128,10 @@ def _dtype_fix(type_name: str, op: str, listed: str) -> str:
     if op == "DequantizeLinear" and type_name == "INT32":
         return ("keep biases in float: store the dequantized bias as a float initializer "
                 "(TensorRT quantizes biases itself; graphfix calibrate puts no Q/DQ on bias)")
+    if op in RETYPES and type_name.startswith(("INT", "UINT", "BOOL")):
+        return (f"lower-unsupported (the default --trt pipeline runs it): computes {op} in "
+                "FP32 and casts back where that is exact (a ConstantOfShape value FP32 "
+                "holds; a CumSum of a BOOL tensor cast to an integer type)")
     if type_name == "INT64" and "INT32" in listed.split(", "):
         return "int64-to-int32 (where the values fit), or Cast to INT32 before this node"
     if type_name.startswith("INT64"):  # TensorRT < 9 casts to INT32 itself: not listed either

@@ -12,6 +12,11 @@ HardSigmoid -> Mul/Add/Min/Max). Otherwise the node stays, with a note saying wh
 option `ops` lowers the op types it names whatever the target says (without a target the
 emitted ops are not checked); without a target or `ops` the pass changes nothing.
 
+A node the target parses, but not on its integer type (CumSum on INT32 in every table;
+ConstantOfShape on INT64 up to 10.0), is computed in float32 and cast back where that is
+exact (`graphfix.plugins.retype`: a fill float32 holds, a CumSum of BOOL values), else
+left with a note saying why the float result could differ.
+
 ReduceX ops whose axes come as an input are not rewritten here. Axes moved from an
 attribute to an input in the opset where the schema says so (ReduceSum 13, the others
 18). A target whose newest parsed opset predates that cannot read the input, but such a
@@ -35,6 +40,7 @@ from functools import cache
 
 import onnx
 import onnx_graphsurgeon as gs
+from onnx import helper
 
 from graphfix.errors import GraphfixError
 from graphfix.graph import all_graphs, is_onnx, names_in_use, node_label, opset_of
@@ -49,6 +55,7 @@ from graphfix.plugins.lowering import (
     parses,
     unavailable,
 )
+from graphfix.plugins.retype import RETYPES, typed_dtype
 from graphfix.plugins.rules import Rule
 
 REDUCE_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
@@ -84,12 +91,16 @@ class _Plan:
 
     emit: Emit
     ops: tuple[str, ...]
+    note: str = ""  # said about the node when it is lowered (an assumption it makes)
 
 
 class LowerUnsupported(Pass):
     """Lower LayerNormalization, GroupNormalization (opset 18 per group, 21 per channel),
     InstanceNormalization, Gelu (none, tanh), HardSwish, HardSigmoid, Mish, Softplus and
     matrix-multiply Einsum equations into ops the `--trt` target parses.
+
+    Also computes CumSum and ConstantOfShape in float32 where the target lists only float
+    types for them and that is exact (RoBERTa's position ids, T5's bucket clamp).
 
     Handles any LayerNormalization axis (a positive one needs the input's rank),
     stash_type (Cast in and out when it differs from the input type), an absent bias,
@@ -171,6 +182,8 @@ def _check(node: gs.Node, env: Env, target, forced: frozenset[str], plugins: _Pl
         why = FORCED
     elif target is None:
         return None
+    elif node.op in RETYPES and parses(target, node.op):
+        return _retype(node, env, target)
     elif lowering is None:
         return _no_lowering(node, env, target, plugins)
     else:
@@ -194,10 +207,37 @@ def _check(node: gs.Node, env: Env, target, forced: frozenset[str], plugins: _Pl
     return _Plan(emit, ops)
 
 
+def _retype(node: gs.Node, env: Env, target) -> _Plan | str | None:
+    """A node of a `RETYPES` op on a type its supported row does not list: computed in
+    float32 where that is exact (`graphfix.plugins.retype`), else why not."""
+    row, dtype = target.op(node.op), typed_dtype(node)
+    if dtype is None:
+        return None
+    try:
+        elem = helper.np_dtype_to_tensor_dtype(dtype)
+    except (KeyError, TypeError, ValueError):
+        return None
+    unlisted = target.unlisted_type(node.op, elem)
+    if unlisted is None:
+        return None
+    why = (f"{target.label()} lists {node.op} for {', '.join(row.types)} only, "
+           f"not {unlisted}")
+    planned = RETYPES[node.op](node, env)
+    if isinstance(planned, str):
+        return f"{why}, and it cannot be computed in float32 exactly: {planned}"
+    emit, note = planned
+    ops = emitted_ops(emit, env)
+    missing = unavailable(ops, target)
+    if missing:
+        return (f"{why}, and computing it in float32 needs {', '.join(missing)}, which "
+                f"{target.label()} does not parse")
+    return _Plan(emit, ops, note)
+
+
 def _lower(node: gs.Node, plan: _Plan, env: Env, names: set[str], target,
            forced: frozenset[str], result: PassResult, plugins: _Plugins) -> None:
     """Apply the plan, then lower the emitted nodes the target cannot parse (or forced)."""
-    op = node.op
+    op, label = node.op, node_label(node)
     for new in apply(node, plan.emit, env, names):
         if new.op in forced or (target is not None and not parses(target, new.op)):
             sub_env = Env(env.graph, env.opset, float_dtype(new.inputs[0]))
@@ -206,6 +246,8 @@ def _lower(node: gs.Node, plan: _Plan, env: Env, names: set[str], target,
                 _lower(new, checked, sub_env, names, target, forced, result, plugins)
             elif checked:
                 result.notes.append(Note(node_label(new), checked))
+    if plan.note:
+        result.notes.append(Note(label, plan.note))
     result.counts[f"lowered {op} into {', '.join(dict.fromkeys(plan.ops))}"] += 1
 
 

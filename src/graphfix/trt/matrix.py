@@ -20,6 +20,11 @@ from typing import Any
 from graphfix.errors import GraphfixError, InternalError
 from graphfix.trt._data import leading_version, operators_data, version_key
 
+TYPE_NAMES = {1: "FP32", 10: "FP16", 16: "BF16", 11: "DOUBLE", 6: "INT32", 7: "INT64",
+              3: "INT8", 2: "UINT8", 9: "BOOL", 17: "FP8", 22: "INT4"}
+"""ONNX element type (TensorProto.FLOAT = 1, ...) -> the name the table's Supported Types
+column uses."""
+
 _VERSION_TEXT = re.compile(r"[vV]?(\d+(?:\.\d+)*)")
 _TYPE_NAME = re.compile(r"[A-Z][A-Z0-9]*")
 
@@ -68,6 +73,22 @@ class TrtTarget:
         """The table row for an ai.onnx op type (case-sensitive); None when the op is
         not listed in this version's table at all."""
         return _table(self.version).get(op_type)
+
+    def unlisted_type(self, op_type: str, elem_type: int) -> str | None:
+        """The Supported Types name of an ONNX element type that the row for `op_type`
+        lists types without, else None (no row, no types, the type listed, or a type the
+        column never names). Up to 8.6 the parser casts INT64 to INT32 (parser notes,
+        "INT64"), so INT64 counts as listed where INT32 is, and is named "INT64 (INT32
+        after the parser's cast)" where it is not."""
+        row = self.op(op_type)
+        name = TYPE_NAMES.get(elem_type)
+        if row is None or not row.types or name is None or name in row.types:
+            return None
+        if name == "INT64" and not self.at_least("9.0"):
+            if "INT32" in row.types:
+                return None
+            return "INT64 (INT32 after the parser's cast)"
+        return name
 
     def listed_ops(self) -> frozenset[str]:
         """Every op type in this version's table, supported or not."""
