@@ -421,3 +421,54 @@ def test_a_tensor_is_measured_against_its_operands_scale():
     assert sigmoid.max_abs > 1e-5  # over the bound of its own scale
     bad = compare_layerwise(_mul_sigmoid(None), _mul_sigmoid(1e-2), feeds)
     assert not bad.passed and bad.first_divergence.name == "m"
+
+
+def _attention(shift: float = 0.0, wrong: float = 0.0, drop_reshape: bool = False):
+    """DETR's attention in small: m = x*40 (+ `shift`: the candidate's rounding upstream),
+    p = Softmax(m), q = Where(IsNaN(p), 0, p), o = MatMul(q, v), r = Reshape(o), y =
+    Transpose(r) (+ `wrong`). The candidate may drop the Reshape (a no-op here), as
+    eliminate-noops does (`REMOVED` says so, as its provenance would)."""
+    nodes, inits = _times_40(0.0)
+    inits[1] = numpy_helper.from_array(np.array([shift] + [0.0] * 7, np.float32), "d")
+    nodes += [helper.make_node("Softmax", ["m"], ["p"], axis=-1),
+              helper.make_node("IsNaN", ["p"], ["nan"]),
+              helper.make_node("Where", ["nan", "zero", "p"], ["q"]),
+              helper.make_node("Identity", ["values"], ["v"]),  # compared: its scale
+              helper.make_node("MatMul", ["q", "v"], ["o"])]
+    if drop_reshape:
+        nodes.append(helper.make_node("Transpose", ["o"], ["y" if not wrong else "y0"]))
+    else:
+        nodes += [helper.make_node("Reshape", ["o", "same"], ["r"]),
+                  helper.make_node("Transpose", ["r"], ["y" if not wrong else "y0"])]
+    values = np.random.default_rng(0).uniform(0.5, 1.5, (8, 4)).astype(np.float32)
+    inits += [numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+              numpy_helper.from_array(values, "values"),
+              numpy_helper.from_array(np.array([2, 4], np.int64), "same")]
+    if wrong:
+        nodes.append(helper.make_node("Add", ["y0", "w"], ["y"]))
+        inits.append(numpy_helper.from_array(np.array(wrong, np.float32), "w"))
+    return _tiny(nodes, inits, [2, 8], "y", [4, 2])
+
+
+REMOVED = {"r": "eliminate-noops"}
+
+
+def test_an_attentions_error_is_carried_through_where_matmul_and_a_removed_reshape():
+    """The Softmax passes at its logits' scale (40); the Where selecting its
+    probabilities carries their error, the MatMul K times |q| dv + |v| dq, and the
+    Transpose what the Reshape the candidate removed carried: each is over its own
+    scale's bound. A real error at the end still fails (graphfix check on DETR, whose
+    ResNet's folded Muls round differently upstream, failed here before)."""
+    near_one = [1.0, 1.001, 0.999, 1.002, 0.998, 1.0, 1.003, 0.997]
+    feeds = [{"x": np.array([near_one, near_one[::-1]], np.float32)}]
+    ok = compare_layerwise(_attention(), _attention(shift=3e-4, drop_reshape=True), feeds,
+                           removed=REMOVED)
+    assert ok.passed, ok.first_divergence
+    assert all(ok.tensor(name).ok for name in ("p", "q", "o", "y"))
+    q = ok.tensor("q")
+    assert q.max_abs > 1e-5 * 0.2  # over the bound of its own scale (probabilities ~1/8)
+    assert ok.tensor("r").status == "merged"
+    bad = compare_layerwise(_attention(), _attention(shift=3e-4, wrong=1e-2,
+                                                     drop_reshape=True), feeds,
+                            removed=REMOVED)
+    assert not bad.passed and bad.first_divergence.name == "y"

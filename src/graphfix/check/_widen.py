@@ -31,7 +31,12 @@ def widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Produce
 
     Add and Sub are allowed the sum of their operands' errors, Mul |a| db + |b| da +
     da db (maxima over the sample), where both operands are compared and agree: a
-    difference of two box corners (a width) cancels most of its scale, not its error."""
+    difference of two box corners (a width) cancels most of its scale, not its error.
+    MatMul sums K such products (K: the contracted length), so it is allowed K times
+    that: DETR's attention, whose Softmax passes against its logits' scale, multiplies
+    the probabilities' error 1.3e-4 into its values (2.4e-3 against its own scale's 1e-5
+    bound, which the Where selecting the probabilities failed too before Where counted
+    as a copy of its two data inputs)."""
     for name, tally in tallies.items():
         producer = producers.get(name)
         if producer is None or tally.ok:
@@ -44,10 +49,10 @@ def widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Produce
                 d = tallies[producer.inputs[0]].abs_errors[sample]
                 tally.allow(sample, tally.scales[sample] * d * math.exp(min(d, 50.0)))
             elif producer.op in _COPIES:
-                carried = _carried_error(producer, tallies, sample)
+                carried = _carried_error(producer, tallies, sample, producers)
                 if carried is not None:
                     tally.allow(sample, carried)
-            elif producer.op in ("Add", "Sub", "Mul"):
+            elif producer.op in ("Add", "Sub", "Mul", "MatMul"):
                 grown = _grown_error(producer, tallies, sample)
                 if grown is not None:
                     tally.allow(sample, grown)
@@ -58,30 +63,48 @@ def _agrees(tallies: Mapping[str, Tally], name: str, sample: int) -> bool:
     return tally is not None and tally.oks.get(sample) is True
 
 
-_COPIES = {op: 1 for op in (
+_COPIES: dict[str, tuple[int, ...] | None] = {op: (0,) for op in (
     "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Slice",
     "Gather", "GatherElements", "GatherND", "Split", "Expand", "Tile", "DepthToSpace",
     "SpaceToDepth", "Relu", "Neg", "Abs", "Clip", "MaxPool", "ReduceMax", "ReduceMin")}
-_COPIES.update({"Concat": 0, "Max": 0, "Min": 0})
+_COPIES.update({"Concat": None, "Max": None, "Min": None, "Where": (1, 2)})
 """Ops whose output error is at most their data inputs' (copies, selections, and
-1-Lipschitz maps): how many leading inputs are data (0: all); the rest are indices,
-shapes or bounds."""
+1-Lipschitz maps): the positions of the data inputs (None: all); the others are
+indices, shapes, bounds or conditions."""
 
 
-def _carried_error(producer: Producer, tallies: Mapping[str, Tally], sample: int
-                   ) -> float | None:
+def _carried_error(producer: Producer, tallies: Mapping[str, Tally], sample: int,
+                   producers: Mapping[str, Producer], depth: int = 0) -> float | None:
     """The largest error of the producer's data inputs on the sample, when every one is
-    compared and agrees there, and so does every compared index input; else None."""
-    count = _COPIES[producer.op] or len(producer.inputs)
+    compared and agrees there, and so does every compared index input; else None. A data
+    input the rewrite removed carries nothing where the reference computes it from
+    nothing (a folded constant), and what it carries itself where it is a copy too (a
+    Reshape eliminate-noops dropped)."""
+    data = _COPIES[producer.op]
     errors = []
     for k, name in enumerate(producer.inputs):
-        if k < count:
-            if not _agrees(tallies, name, sample):
+        if data is None or k in data:
+            if name in tallies:
+                if not _agrees(tallies, name, sample):
+                    return None
+                errors.append(tallies[name].abs_errors.get(sample, 0.0))
+                continue
+            source = producers.get(name)
+            if source is None or source.op == "Constant":
+                continue  # an initializer or Constant (graph inputs are always compared)
+            if source.op not in _COPIES or depth >= _MAX_UNCOMPARED:
                 return None
-            errors.append(tallies[name].abs_errors.get(sample, 0.0))
+            carried = _carried_error(source, tallies, sample, producers, depth + 1)
+            if carried is None:
+                return None
+            errors.append(carried)
         elif name in tallies and tallies[name].oks.get(sample) is False:
             return None
     return max(errors, default=None)
+
+
+_MAX_UNCOMPARED = 8
+"""How many removed copies in a row `_carried_error` looks through."""
 
 
 def _grown_error(producer: Producer, tallies: Mapping[str, Tally], sample: int
@@ -98,4 +121,7 @@ def _grown_error(producer: Producer, tallies: Mapping[str, Tally], sample: int
                           [t.scales[sample] for t in pair])
     if producer.op == "Mul":
         return sa * db + sb * da + da * db
+    if producer.op == "MatMul":
+        contracted = pair[0].shape[-1] if pair[0].shape else None
+        return None if contracted is None else contracted * (sa * db + sb * da + da * db)
     return da + db

@@ -162,11 +162,13 @@ class Tally:
     scales: dict[int, float] = field(default_factory=dict)  # max |r| per sample
     abs_errors: dict[int, float] = field(default_factory=dict)  # max |c - r| per sample
     tolerance: Tolerance | None = None  # what strict mode held it to (floats)
+    shape: tuple[int, ...] = ()  # the reference's, on the first sample compared
 
     def add(self, sample: int, ref, cand, mode: str, threshold: float,
             tolerance: Tolerance | None = None) -> None:
         if isinstance(ref, np.ndarray) and not self.dtype:
             self.dtype = str(ref.dtype)
+            self.shape = ref.shape
         m = measure(ref, cand, mode, threshold, tolerance)
         if isinstance(m, str):
             self.why = self.why or m
