@@ -47,7 +47,9 @@ def run_command(
         help="Run the output check after every pass that changes numbers (the report "
         "then has each pass's own error); slower: one run of the model per pass.",
     ),
-    strict: bool = typer.Option(False, "--strict", help="Exit 1 when any pass was rolled back."),
+    strict: bool = typer.Option(
+        False, "--strict", help="Exit 1 when any pass was rolled back, or when the "
+        "numerical check could not run (the output is still written; not with --no-check)."),
     input_shape: list[str] = opt.input_shape(),
     data: Path = opt.data(),
     data_key: str = opt.data_key(),
@@ -129,6 +131,12 @@ def run_command(
     if strict and rep.rolled_back:
         names = ", ".join(r.spec for r in rep.rolled_back)
         console.print(f"--strict: {names} rolled back", style="red")
+        raise typer.Exit(EXIT_FAILED)
+    if strict and check and not rep.check.enabled:
+        (err_console if as_json else console).print(
+            f"--strict: the numerical check did not run ({rep.check.skipped_reason}), so "
+            "nothing shows the output computes what the input did", style="red",
+            markup=False)
         raise typer.Exit(EXIT_FAILED)
     if diagnosis is not None and fail_on != "never":
         worst = diagnosis.by_severity("error") + (diagnosis.by_severity("warn")
