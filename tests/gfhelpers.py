@@ -20,6 +20,17 @@ def parse(text: str) -> onnx.ModelProto:
     return model
 
 
+def unrunnable_model() -> onnx.ModelProto:
+    """x -> Identity -> acme.Frobnicate -> y: onnxruntime cannot run it and graphfix has
+    no reference form for it, so the output check is skipped."""
+    return onnx.parser.parse_model(
+        '<ir_version: 8, opset_import: ["" : 17, "acme" : 1]>' + """
+        g (float[2,3] x) => (float[2,3] y) {
+            a = Identity(x)
+            y = acme.Frobnicate(a)
+        }""")
+
+
 def reshape_chain(*middle: str) -> onnx.ModelProto:
     """x[1,1,1] -> Reshape to [N, -1] (target computed from Shape) -> `middle` ops (ONNX
     text lines reading `r`, the last writing `m`; none: m is r) -> the same Reshape of m

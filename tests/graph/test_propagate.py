@@ -78,14 +78,14 @@ def _three_levels():
     target is folded, so fold-constants needs three rounds."""
     return parse('<ir_version: 8, opset_import: ["" : 17]>' + """
     g (float[2,3,4] x) => (float[?,?] y) <int64[1] zero = {0}, int64[1] one = {1},
-                                          int64[1] rest = {-1}> {
+                                          int64[1] two = {2}, int64[1] rest = {-1}> {
         s1 = Shape(x)
         l1 = Slice(s1, zero, one)
         t1 = Concat<axis = 0>(l1, rest)
         r1 = Reshape(x, t1)
         q1 = Relu(r1)
         s2 = Shape(q1)
-        l2 = Slice(s2, one, one)
+        l2 = Slice(s2, one, two)
         t2 = Concat<axis = 0>(rest, l2, one)
         r2 = Reshape(q1, t2)
         q2 = Relu(r2)

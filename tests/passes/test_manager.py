@@ -4,7 +4,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 import pytest
-from gfhelpers import feeds_for, ops, parse, spy
+from gfhelpers import feeds_for, ops, parse, spy, unrunnable_model
 
 from graphfix.errors import GraphfixError
 from graphfix.graph import to_graph
@@ -175,12 +175,7 @@ def test_user_error_from_a_pass_stops_the_run():
 
 
 def test_model_onnxruntime_cannot_run_skips_the_check_with_reason():
-    model = onnx.parser.parse_model(
-        '<ir_version: 8, opset_import: ["" : 17, "acme" : 1]>' + """
-        g (float[2,3] x) => (float[2,3] y) {
-            a = Identity(x)
-            y = acme.Frobnicate(a)
-        }""")
+    model = unrunnable_model()
     check = check_for(model)
     assert not check.enabled
     assert check.skipped_reason == (
