@@ -586,8 +586,8 @@ def test_a_dynamic_summed_axis_is_said_to_be_assumed_short():
     model = _position_ids("L")
     _lowers(model, "10.16", ["Greater", "Cast", "CumSum", "Cast"],
             {CUMSUM_KEY: 1}, notes=[("CumSum 'cumsum'", (
-                "summed in float32: exact while the summed axis (dynamic here) is at most "
-                "2^24 = 16,777,216 long"))],
+                "summed in float32: exact while it sums at most 2^24 = 16,777,216 terms "
+                "(how many is not known statically here)"))],
             feed_sets=[feeds_for(model, x=(2, 300))], rtol=0, atol=0)
 
 
@@ -658,3 +658,51 @@ def test_doctor_names_the_pass_for_integer_types_it_computes_in_float():
         assert finding.fix.startswith("lower-unsupported")
         result = api_run(model, trt=trt, check=True)
         assert not [f for f in result.diagnosis.findings if f.rule == "dtype-unsupported"]
+
+
+def _mask_count(op="ReduceSum", source="bits", opset=17):
+    """Mask2Former's pixel count: op(Cast<INT64>(Not(x > 0)), axes [1]) (source "bits"),
+    or op over an INT64 input's own values ("values")."""
+    axes = [numpy_helper.from_array(np.array([1], np.int64), "axes")] if op == "ReduceSum" \
+        else []
+    reduce = helper.make_node(op, ["n"] + (["axes"] if axes else []), ["y"], name="count",
+                              keepdims=0, **({} if axes else {"axes": [1]}))
+    if source == "bits":
+        nodes = [helper.make_node("Greater", ["x", "zero"], ["b"]),
+                 helper.make_node("Not", ["b"], ["nb"]),
+                 helper.make_node("Cast", ["nb"], ["n"], to=TensorProto.INT64), reduce]
+        inputs = [_vi("x", [2, 300])]
+        inits = [numpy_helper.from_array(np.array(0, np.float32), "zero")] + axes
+    else:
+        reduce.input[0] = "x"
+        nodes, inputs, inits = [reduce], [_vi("x", [2, 300], TensorProto.INT64)], axes
+    model = _model(nodes, inputs, [_vi("y", [2], TensorProto.INT64)], inits, opset)
+    model.graph.value_info.append(_vi("n", [2, 300], TensorProto.INT64))  # the 300 summed
+    return model
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"])
+def test_a_reduction_of_bits_is_computed_in_float_where_the_table_lists_floats_only(op):
+    _lowers(_mask_count(op), "8.6", ["Greater", "Not", "Cast", op, "Cast"],
+            {f"lowered {op} into Cast, {op}": 1}, rtol=0, atol=0)
+
+
+def test_a_sum_of_integers_that_may_be_large_is_left():
+    _stays(_mask_count(source="values"), "8.6", [("ReduceSum 'count'", (
+        "TensorRT 8.6 lists ReduceSum for FP32, FP16 only, not INT64 (INT32 after the "
+        "parser's cast), and it cannot be computed in float32 exactly: its terms are not a "
+        "Cast of a BOOL tensor, so they may be large, and a float32 sum of large integers "
+        "rounds"))])
+
+
+def test_nonzero_of_bool_reads_float():
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["b"]),
+             helper.make_node("NonZero", ["b"], ["y"], name="nz")]
+    model = _model(nodes, [_vi("x", [3, 4])], [_vi("y", [2, None], TensorProto.INT64)],
+                   [numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    out = _lowers(model, "10.16", ["Greater", "Cast", "NonZero"],
+                  {"lowered NonZero into Cast, NonZero": 1}, rtol=0, atol=0)
+    assert out.graph.node[1].input[0] == "b"
+    finding, = [f for f in diagnose(model, parse_target("10.16")).findings
+                if f.rule == "dtype-unsupported"]
+    assert finding.fix.startswith("lower-unsupported")

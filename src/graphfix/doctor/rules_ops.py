@@ -128,10 +128,15 @@ def _dtype_fix(type_name: str, op: str, listed: str) -> str:
     if op == "DequantizeLinear" and type_name == "INT32":
         return ("keep biases in float: store the dequantized bias as a float initializer "
                 "(TensorRT quantizes biases itself; graphfix calibrate puts no Q/DQ on bias)")
+    fix = _cast_fix(type_name, op, listed)
     if op in RETYPES and type_name.startswith(("INT", "UINT", "BOOL")):
-        return (f"lower-unsupported (the default --trt pipeline runs it): computes {op} in "
-                "FP32 and casts back where that is exact (a ConstantOfShape value FP32 "
-                "holds; a CumSum of a BOOL tensor cast to an integer type)")
+        return (f"lower-unsupported (the default --trt pipeline runs it) computes {op} in "
+                "FP32 where that is exact (a ConstantOfShape value FP32 holds; sums and "
+                f"extrema of a BOOL tensor cast to an integer type; NonZero); elsewhere: {fix}")
+    return fix
+
+
+def _cast_fix(type_name: str, op: str, listed: str) -> str:
     if type_name == "INT64" and "INT32" in listed.split(", "):
         return "int64-to-int32 (where the values fit), or Cast to INT32 before this node"
     if type_name.startswith("INT64"):  # TensorRT < 9 casts to INT32 itself: not listed either

@@ -12,10 +12,11 @@ HardSigmoid -> Mul/Add/Min/Max). Otherwise the node stays, with a note saying wh
 option `ops` lowers the op types it names whatever the target says (without a target the
 emitted ops are not checked); without a target or `ops` the pass changes nothing.
 
-A node the target parses, but not on its integer type (CumSum on INT32 in every table;
-ConstantOfShape on INT64 up to 10.0), is computed in float32 and cast back where that is
-exact (`graphfix.plugins.retype`: a fill float32 holds, a CumSum of BOOL values), else
-left with a note saying why the float result could differ.
+A node the target parses, but not on its integer or BOOL type (CumSum and NonZero in
+every table; ConstantOfShape up to 10.0; ReduceSum up to 10.0), is computed in float32
+(and cast back) where that is exact (`graphfix.plugins.retype`: a fill float32 holds,
+sums and extrema of BOOL values, NonZero), else left with a note saying why the float
+result could differ.
 
 ReduceX ops whose axes come as an input are not rewritten here. Axes moved from an
 attribute to an input in the opset where the schema says so (ReduceSum 13, the others
@@ -99,8 +100,9 @@ class LowerUnsupported(Pass):
     InstanceNormalization, Gelu (none, tanh), HardSwish, HardSigmoid, Mish, Softplus and
     matrix-multiply Einsum equations into ops the `--trt` target parses.
 
-    Also computes CumSum and ConstantOfShape in float32 where the target lists only float
-    types for them and that is exact (RoBERTa's position ids, T5's bucket clamp).
+    Also computes CumSum, ReduceSum/Max/Min/Prod, NonZero and ConstantOfShape in float32
+    where the target lists only float types for them and that is exact (RoBERTa's
+    position ids, T5's bucket clamp, Mask2Former's mask counts, detectors' NonZero).
 
     Handles any LayerNormalization axis (a positive one needs the input's rank),
     stash_type (Cast in and out when it differs from the input type), an absent bias,
@@ -218,8 +220,8 @@ def _retype(node: gs.Node, env: Env, target) -> _Plan | str | None:
     except (KeyError, TypeError, ValueError):
         return None
     unlisted = target.unlisted_type(node.op, elem)
-    if unlisted is None:
-        return None
+    if unlisted is None or not unlisted.startswith(("INT", "UINT", "BOOL")):
+        return None  # a listed type, or a float one (doctor's cast-down warning)
     why = (f"{target.label()} lists {node.op} for {', '.join(row.types)} only, "
            f"not {unlisted}")
     planned = RETYPES[node.op](node, env)

@@ -2,21 +2,26 @@
 where that gives exactly the integer result.
 
 A target's table can support an op and still not list the integer type a node computes
-it on (TensorRT 10.16: CumSum for FP32, FP16, BF16 only; 8.6 and 10.0: ConstantOfShape
-for FP32 only). Where the float computation is exact, the node is computed in float32
-and cast back::
+it on (TensorRT 10.16: CumSum and NonZero for float types only; 8.6 and 10.0:
+ConstantOfShape for FP32 only, ReduceSum for FP32 and FP16). Where the float computation
+is exact, the node is computed in float32 and cast back::
 
     ConstantOfShape(shape){value = v: an integer or BOOL}
         = Cast<T>(ConstantOfShape(shape){value = float32(v)})
         exact: v is an integer within +-2^24 (or 0/1), which float32 holds exactly
-    CumSum(x: an integer type, axis){exclusive, reverse},  x = Cast<integer>(b), b BOOL
-        = Cast<T>(CumSum(Cast<float32>(b), axis){exclusive, reverse})
-        exact while no partial sum passes 2^24: the terms are 0 or 1, so when the summed
-        axis is at most 2^24 long (a dynamic axis: assumed, and said in a note)
+    Op(x: an integer type, ...){...},  x = Cast<integer>(b), b BOOL,
+    Op one of CumSum, ReduceSum, ReduceMax, ReduceMin, ReduceProd
+        = Cast<T>(Op(Cast<float32>(b), ...){...})
+        exact: the terms are 0 or 1; a sum while it adds at most 2^24 of them (when how
+        many is not known statically: assumed, and said in a note)
+    NonZero(x: BOOL or an integer type) = NonZero(Cast<float32>(x))
+        exact: no integer becomes 0 in float32
 
-Any other integer CumSum is left with the reason: its terms are not known to be small,
-and a float32 sum of large integers rounds. RoBERTa-family exports compute their
-position ids as CumSum(Cast<INT32>(Not(Equal(ids, pad)))), which is the BOOL form.
+Any other integer CumSum or ReduceX is left with the reason: its terms are not known to
+be small, and a float32 sum of large integers rounds. RoBERTa-family exports compute
+their position ids as CumSum(Cast<INT32>(Not(Equal(ids, pad)))), Mask2Former counts mask
+pixels as ReduceSum(Cast<INT64>(Not(mask))), and torchvision's detectors and YOLO's NMS
+export call NonZero on BOOL: each is the form above.
 
 `RETYPES` is the table op type -> planner; `lower-unsupported` applies it where the
 target row supports the op but not the node's type (`TrtTarget.unlisted_type`), and
@@ -40,14 +45,15 @@ EXACT_INTEGERS = 2**24
 
 def typed_dtype(node: gs.Node) -> np.dtype | None:
     """The type the target's Supported Types column describes for a node of a `RETYPES`
-    op, None when unknown: ConstantOfShape's value's (float32 by default), CumSum's input's
-    (from its producer where a Cast writes it and inference has not run)."""
+    op, None when unknown: ConstantOfShape's value's (float32 by default), the others'
+    input's (from its producer where a Cast or a comparison writes it and inference has
+    not run)."""
     if node.op == "ConstantOfShape":
         value = node.attrs.get("value")
         array = constant_value(value) if isinstance(value, gs.Constant) else None
         return np.dtype(np.float32) if value is None else (
             None if array is None else np.asarray(array).dtype)
-    return _input_dtype(node.inputs[0]) if node.inputs else None
+    return _bits_dtype(node.inputs[0]) if node.inputs else None
 
 
 def _input_dtype(x: gs.Tensor) -> np.dtype | None:
@@ -85,8 +91,9 @@ def _constant_of_shape(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
     return emit, ""
 
 
-def _cumsum(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
-    x, axis, y = node.inputs[0], node.inputs[1], node.outputs[0]
+def _count(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
+    """CumSum or ReduceSum/Max/Min/Prod over a BOOL tensor cast to an integer type."""
+    x, y, op = node.inputs[0], node.outputs[0], node.op
     source = x.inputs[0] if len(x.inputs) == 1 else None
     if source is None or source.op != "Cast" or not source.inputs or (
             _bits_dtype(source.inputs[0]) != np.bool_):
@@ -95,25 +102,58 @@ def _cumsum(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
     dtype = _input_dtype(x)
     if dtype is None:
         return "its integer type is unknown; run shape inference on the model first"
-    axis_value = constant_value(axis)
-    shape = next((t.shape for t in (x, source.inputs[0], y) if t.shape is not None), None)
-    length = None
-    if axis_value is not None and shape and np.size(axis_value) == 1:
-        dim = shape[int(np.asarray(axis_value).reshape(())) % len(shape)]
-        length = dim if isinstance(dim, int) and dim >= 0 else None
-    if length is not None and length > EXACT_INTEGERS:
-        return f"its summed axis is {length} long, so a float32 partial sum may round"
-    note = ("" if length is not None else
-            "summed in float32: exact while the summed axis (dynamic here) is at most "
-            "2^24 = 16,777,216 long")
-    bits = source.inputs[0]
+    bits, rest, attrs, note = source.inputs[0], list(node.inputs[1:]), dict(node.attrs), ""
+    if node.op in ("CumSum", "ReduceSum"):  # max, min and product of 0/1 are 0 or 1
+        same = (x, bits, y) if op == "CumSum" else (x, bits)  # tensors of x's shape
+        shape = next((t.shape for t in same if t.shape is not None), None)
+        count = _summed(node, shape)
+        if count is not None and count > EXACT_INTEGERS:
+            return f"it sums {count} terms, so a float32 sum may round"
+        if count is None:
+            note = ("summed in float32: exact while it sums at most 2^24 = 16,777,216 terms "
+                    "(how many is not known statically here)")
 
     def emit(b: Builder) -> None:
         terms = b.cast(bits, np.dtype(np.float32))
-        total = b.node("CumSum", [terms, axis], dict(node.attrs), dtype=np.float32)
+        total = b.node(op, [terms, *rest], attrs, dtype=np.float32)
         b.node("Cast", [total], {"to": helper.np_dtype_to_tensor_dtype(dtype)}, out=y)
 
     return emit, note
+
+
+def _summed(node: gs.Node, shape) -> int | None:
+    """How many terms one output element of a CumSum or ReduceSum adds at most, None where
+    not known statically."""
+    rank = len(shape) if shape is not None else None
+    if node.op == "CumSum":
+        axes = constant_value(node.inputs[1]) if len(node.inputs) > 1 else None
+    elif "axes" in node.attrs:
+        axes = node.attrs["axes"]
+    elif len(node.inputs) > 1 and node.inputs[1].name:
+        axes = constant_value(node.inputs[1])
+    else:
+        axes = None if node.attrs.get("noop_with_empty_axes", 0) else []
+    if axes is None or rank is None:
+        return None
+    axes = [int(a) % rank for a in np.ravel(axes)] or list(range(rank))
+    dims = [shape[a] for a in axes]
+    if not all(isinstance(d, int) and d >= 0 for d in dims):
+        return None
+    return int(np.prod(dims, dtype=np.int64))
+
+
+def _nonzero(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
+    """NonZero of a BOOL or integer tensor: which elements are nonzero is the same in
+    float32 (no integer becomes 0 there)."""
+    x, y, attrs = node.inputs[0], node.outputs[0], dict(node.attrs)
+    dtype = _bits_dtype(x)
+    if dtype is None or not (dtype == np.bool_ or np.issubdtype(dtype, np.integer)):
+        return "its input is not BOOL or an integer type (a float would round to 0)"
+
+    def emit(b: Builder) -> None:
+        b.node("NonZero", [b.cast(x, np.dtype(np.float32))], attrs, out=y)
+
+    return emit, ""
 
 
 _BOOL_OPS = frozenset({"Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Not",
@@ -133,6 +173,7 @@ def _bits_dtype(t: gs.Tensor) -> np.dtype | None:
 
 RETYPES: dict[str, Callable[[gs.Node, Env], tuple[Emit, str] | str]] = {
     "ConstantOfShape": _constant_of_shape,
-    "CumSum": _cumsum,
+    "NonZero": _nonzero,
+    **{op: _count for op in ("CumSum", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")},
 }
 """op type -> planner: (the emitting function, a note or "") or why it cannot."""
