@@ -472,3 +472,44 @@ def test_an_attentions_error_is_carried_through_where_matmul_and_a_removed_resha
                                                      drop_reshape=True), feeds,
                             removed=REMOVED)
     assert not bad.passed and bad.first_divergence.name == "y"
+
+
+def _folded_bn(shift: float = 0.0, fold: bool = False, wrong: float = 1.0):
+    """m = x*40 (+ `shift`: rounding upstream), then tf2onnx's BatchNorm form y =
+    Add(Mul(Conv(m, w), s), t), or with `fold` the one Conv fuse-conv-mul and
+    fuse-conv-bias make of it (weights w * s * `wrong`, bias t)."""
+    rng = np.random.default_rng(0)
+    w = rng.uniform(-1, 1, (3, 2, 3, 3)).astype(np.float32)
+    w[:, 0] = 0  # m's large channel does not reach y: y's scale is its small one's
+    s, t = np.array([2.0, 0.5, 3.0], np.float32), np.array([0.1, -0.2, 0.3], np.float32)
+    nodes, inits = _times_40(shift)
+    if fold:
+        nodes.append(helper.make_node("Conv", ["m", "wf", "bf"], ["y"], pads=[1, 1, 1, 1]))
+        inits += [numpy_helper.from_array(w * s[:, None, None, None] * wrong, "wf"),
+                  numpy_helper.from_array(t, "bf")]
+    else:
+        nodes += [helper.make_node("Conv", ["m", "w"], ["conv"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Mul", ["conv", "s"], ["scaled"]),
+                  helper.make_node("Add", ["scaled", "t"], ["y"])]
+        inits += [numpy_helper.from_array(w, "w"),
+                  numpy_helper.from_array(s.reshape(3, 1, 1), "s"),
+                  numpy_helper.from_array(t.reshape(3, 1, 1), "t")]
+    return _tiny(nodes, inits, [1, 2, 4, 4], "y", [1, 3, 4, 4])
+
+
+def test_a_conv_the_candidate_folded_a_batch_norm_into_carries_its_inputs_error():
+    """y: Conv -> Mul -> Add in the reference, one Conv in the candidate; m's error
+    (6e-5, within its scale's bound: 40) moves y by up to max_o sum|w'[o]| * 6e-5, over
+    y's own bound; a fold 1% off still fails."""
+    x = np.zeros((1, 2, 4, 4), np.float32)
+    x[0, 0, 0, 0] = 1.0  # m's scale: 40
+    x[0, 1] = 1e-2
+    removed = {"conv": "fuse-conv-mul", "scaled": "fuse-conv-bias"}
+    ok = compare_layerwise(_folded_bn(), _folded_bn(shift=6e-5, fold=True), [{"x": x}],
+                           removed=removed)
+    assert ok.passed, ok.first_divergence
+    y = ok.tensor("y")
+    assert y.max_abs > 1e-5 * 10  # over y's own bound (its scale is below 10)
+    bad = compare_layerwise(_folded_bn(), _folded_bn(shift=6e-5, fold=True, wrong=1.01),
+                            [{"x": x}], removed=removed)
+    assert not bad.passed and bad.first_divergence.name == "y"

@@ -7,11 +7,52 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+import numpy as np
+import onnx
+
+from graphfix import weights
 from graphfix.check._inline import Producer
 from graphfix.runtime.measure import Tally
 
 
-def widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Producer]) -> None:
+class CandidateConvs:
+    """The candidate's Conv nodes with constant weights, by the tensor they write: what
+    such a Conv makes of its input's error (`allowance`, its weights' largest row sum),
+    whatever the reference computes the same tensor with (a Conv, or a Conv -> Mul ->
+    Add that fuse-conv-mul and fuse-conv-bias folded into this one)."""
+
+    def __init__(self, candidate: onnx.ModelProto | None) -> None:
+        graph = candidate.graph if candidate is not None else onnx.GraphProto()
+        self._inits = {t.name: t for t in graph.initializer}
+        self._convs = {n.output[0]: n for n in graph.node
+                       if n.op_type == "Conv" and n.domain in ("", "ai.onnx") and n.output
+                       and len(n.input) > 1 and n.input[1] in self._inits}
+        self._norms: dict[str, float] = {}
+
+    def allowance(self, name: str, tallies: Mapping[str, Tally], by_candidate: Mapping[
+            str, str], sample: int) -> float | None:
+        """max_o sum |W[o]| dx for the candidate Conv writing `name` (the most one output
+        channel's weights sum to, in magnitude: what an input error of at most dx
+        anywhere can move one output; dx: its input's error, compared and agreeing on the
+        sample); None where no such Conv writes it."""
+        node = self._convs.get(name)
+        if node is None:
+            return None
+        source = by_candidate.get(node.input[0])
+        if source is None or not _agrees(tallies, source, sample):
+            return None
+        if node.input[1] not in self._norms:
+            w = weights.to_array(self._inits[node.input[1]]).astype(np.float64)
+            rows = np.abs(w).reshape(w.shape[0], -1).sum(axis=1) if w.ndim > 1 else w
+            self._norms[node.input[1]] = float(rows.max()) if rows.size else 0.0
+        return self._norms[node.input[1]] * tallies[source].abs_errors[sample]
+
+
+NO_CONVS = CandidateConvs(None)
+
+
+def widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Producer],
+                      convs: CandidateConvs = NO_CONVS) -> None:
     """Strict mode: a tensor that fails its own scale-relative bound is measured against
     its operands' scale (`Tally.widen`), in topological order. Graph outputs get the same;
     the per-pass check instead widens outputs by the model's noise floor.
@@ -32,11 +73,19 @@ def widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Produce
     Add and Sub are allowed the sum of their operands' errors, Mul |a| db + |b| da +
     da db (maxima over the sample), where both operands are compared and agree: a
     difference of two box corners (a width) cancels most of its scale, not its error.
+    A tensor the candidate writes with a Conv of constant weights W is allowed
+    max_o sum |W[o]| dx (dx: that Conv's input's error, compared and agreeing; the sum
+    over the weights one output channel reads), whatever the reference computes it
+    with: tf2onnx's MobileNetV2, whose Conv -> Mul -> Add BatchNorm fuse-conv-mul and
+    fuse-conv-bias fold into one Conv, differs by 1.5e-5 of the scale there from
+    rounding upstream (onnxruntime's own BASIC optimizations fail the same tensors
+    without this). A wrong fold is (W' - W) x, far over that.
     MatMul sums K such products (K: the contracted length), so it is allowed K times
     that: DETR's attention, whose Softmax passes against its logits' scale, multiplies
     the probabilities' error 1.3e-4 into its values (2.4e-3 against its own scale's 1e-5
     bound, which the Where selecting the probabilities failed too before Where counted
     as a copy of its two data inputs)."""
+    by_candidate = {t.candidate: name for name, t in tallies.items() if t.candidate}
     for name, tally in tallies.items():
         producer = producers.get(name)
         if producer is None or tally.ok:
@@ -54,6 +103,10 @@ def widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Produce
                     tally.allow(sample, carried)
             elif producer.op in ("Add", "Sub", "Mul", "MatMul"):
                 grown = _grown_error(producer, tallies, sample)
+                if grown is not None:
+                    tally.allow(sample, grown)
+            if not tally.oks[sample]:
+                grown = convs.allowance(tally.candidate, tallies, by_candidate, sample)
                 if grown is not None:
                     tally.allow(sample, grown)
 

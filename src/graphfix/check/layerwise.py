@@ -51,7 +51,7 @@ from graphfix.check._inline import (
 from graphfix.check._origins import ERROR_FLOOR, MIN_AMPLIFICATION, Origin, find_origins
 from graphfix.check._runs import Plan, SessionCache, plan_group, run_plan
 from graphfix.check._ties import mark_ill_conditioned
-from graphfix.check._widen import widen_by_operands
+from graphfix.check._widen import CandidateConvs, widen_by_operands
 from graphfix.check.status import TensorStatus
 from graphfix.errors import GraphfixError
 from graphfix.graph.protos import graph_protos, walk_protos
@@ -267,7 +267,8 @@ def compare_layerwise(
         done += len(plan.chunks)
     producers = _merged_producers(plans)
     if mode == "strict":
-        widen_by_operands(tallies, producers)
+        widen_by_operands(tallies, producers,
+                          CandidateConvs(given_candidate if engine is None else None))
     results = _results(reference, plans, tallies, producers, _quantized(candidate))
     unjudged = (mark_ill_conditioned(reference, results, tallies, producers)
                 if mode == "strict" else 0)
