@@ -101,18 +101,24 @@ def _fill_value_info(field, tensor: gs.Tensor) -> None:
     filled in place (gs converts the dtype through a table it rebuilds per call, then
     `helper.make_tensor_value_info` copies the type twice: a third of an export of
     swin_t); anything else goes through gs."""
-    elem = _ELEM_TYPES.get(tensor.dtype) if tensor.dtype is not None else None
-    shape = tensor.shape
-    if (elem is None or getattr(tensor, "type", "tensor_type") != "tensor_type"
-            or (shape is not None and not all(d is None or type(d) in (int, str)
-                                              for d in shape))):
-        if tensor.dtype is not None and elem is None:
-            elem_type(tensor.dtype)  # learnt for the next tensor of this dtype
+    elem = elem_type(tensor.dtype) if tensor.dtype is not None else None
+    if elem is None or getattr(tensor, "type", "tensor_type") != "tensor_type" or (
+            not plain_shape(tensor.shape)):
         field.append(OnnxExporter.export_value_info_proto(tensor, False))
         return
     info = field.add()
     info.name = tensor.name
-    tensor_type = info.type.tensor_type
+    fill_tensor_type(info.type.tensor_type, elem, tensor.shape)
+
+
+def plain_shape(shape) -> bool:
+    """Unknown, or every dim a Python int, a str or None (what `fill_tensor_type` writes)."""
+    return shape is None or all(d is None or type(d) in (int, str) for d in shape)
+
+
+def fill_tensor_type(tensor_type: onnx.TypeProto.Tensor, elem: int, shape) -> None:
+    """A tensor type of element type `elem` and `shape` (None: unknown; a `plain_shape`),
+    as gs exports it."""
     tensor_type.elem_type = elem
     if shape is not None:
         dims = tensor_type.shape

@@ -26,8 +26,9 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx import numpy_helper
 
-from graphfix.graph.export import elem_type, fill_node
+from graphfix.graph.export import elem_type, fill_node, fill_tensor_type, plain_shape
 from graphfix.graph.rewire import constant_value
+from graphfix.graph.shapes import np_dtype, proto_dim, static_count
 from graphfix.graph.walk import bodies, opset_of
 
 DATA_ELEMENTS = 64
@@ -141,24 +142,16 @@ def _infer(node: gs.Node, opset: int, opsets, known: _Inputs) -> dict[str, onnx.
 
 
 def _type(t: gs.Tensor) -> onnx.TypeProto | None:
-    """The tensor's type as inference reads it, None where its dtype is unknown."""
+    """The tensor's type as the export whole-graph inference reads writes it
+    (`export.fill_tensor_type`), None where its dtype is unknown or its shape is not
+    plain."""
     if getattr(t, "type", "tensor_type") != "tensor_type" or t.dtype is None:
         return None
     elem = elem_type(t.dtype)
-    if elem is None:
+    if elem is None or not plain_shape(t.shape):
         return None
     proto = onnx.TypeProto()
-    tensor_type = proto.tensor_type
-    tensor_type.elem_type = elem
-    if t.shape is not None:
-        dims = tensor_type.shape
-        dims.SetInParent()
-        for d in t.shape:
-            dim = dims.dim.add()
-            if isinstance(d, (int, np.integer)) and d >= 0:
-                dim.dim_value = int(d)
-            elif isinstance(d, str):
-                dim.dim_param = d
+    fill_tensor_type(proto.tensor_type, elem, t.shape)
     return proto
 
 
@@ -170,20 +163,18 @@ def _refine(t: gs.Variable, proto: onnx.TypeProto) -> bool:
     tensor_type = proto.tensor_type
     changed = False
     if t.dtype is None and tensor_type.elem_type:
-        try:
-            t.dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+        dtype = np_dtype(tensor_type.elem_type)
+        if dtype is not None:
+            t.dtype = dtype
             changed = True
-        except (KeyError, TypeError, ValueError):
-            pass
     if not tensor_type.HasField("shape"):
         return changed
-    new = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-           for d in tensor_type.shape.dim]
+    new = [proto_dim(d) for d in tensor_type.shape.dim]
     old = t.shape
     if old is None:
         t.shape = new
         return True
-    if len(new) != len(old) or _static(new) <= _static(old):
+    if len(new) != len(old) or static_count(new) <= static_count(old):
         return changed
     if any(_known(a) and _known(b) and a != b for a, b in zip(old, new, strict=True)):
         return changed  # a conflict: whole-graph inference decides, not this
@@ -192,8 +183,5 @@ def _refine(t: gs.Variable, proto: onnx.TypeProto) -> bool:
 
 
 def _known(d) -> bool:
-    return isinstance(d, (int, np.integer)) and d >= 0
-
-
-def _static(shape) -> int:
-    return sum(_known(d) for d in shape)
+    """A static dim, as `shapes.static_count` counts them."""
+    return isinstance(d, int) and d >= 0

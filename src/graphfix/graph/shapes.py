@@ -209,14 +209,14 @@ def apply_inferred(graph: gs.Graph, inferred: onnx.ModelProto, refine_only: bool
         changed = False
         if inferred_type is not None:
             dims = inferred_type.shape.dim
-            count = _static_count(old)
+            count = static_count(old)
             if count < len(dims):  # else no inferred shape can be more static
-                new = [_dim(d) for d in dims]
-                if _static_count(new) > count:
+                new = [proto_dim(d) for d in dims]
+                if static_count(new) > count:
                     t.shape = new
                     changed = True
         if t.dtype is None and t.name in dtypes:
-            dtype = _np_dtype(dtypes[t.name])
+            dtype = np_dtype(dtypes[t.name])
             if dtype is not None:
                 t.dtype = dtype
                 changed = True
@@ -224,7 +224,7 @@ def apply_inferred(graph: gs.Graph, inferred: onnx.ModelProto, refine_only: bool
     return updated
 
 
-def _np_dtype(elem_type: int) -> np.dtype | None:
+def np_dtype(elem_type: int) -> np.dtype | None:
     """The numpy dtype gs uses for an ONNX element type; None when numpy has none."""
     try:
         return helper.tensor_dtype_to_np_dtype(elem_type)
@@ -240,13 +240,14 @@ def _inner_variables(graph: gs.Graph) -> list[gs.Variable]:
             if isinstance(t, gs.Variable) and id(t) not in inputs]
 
 
-def _dim(d: onnx.TensorShapeProto.Dimension) -> Dim:
+def proto_dim(d: onnx.TensorShapeProto.Dimension) -> Dim:
+    """A dim of an inferred shape as graphfix holds it: its value, its name, or None."""
     if d.HasField("dim_value"):
         return d.dim_value
     return d.dim_param or None
 
 
-def _static_count(shape: list[Dim] | None) -> int:
+def static_count(shape: list[Dim] | None) -> int:
     """-1 for an unknown shape, else how many dims are known numbers (rank counts too)."""
     if shape is None:
         return -1

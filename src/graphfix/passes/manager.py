@@ -512,9 +512,10 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
         if defer and not result.changed and not pass_.annotates_shapes:
             after = before  # taken at its word, checked later (`_Runner._check_unchanged`)
             state.untraced.append(record)
-        elif defer and not state.untraced and count_nodes(graph) != nodes_before:
-            # it changed the graph for sure, and no pass before it waits for a
-            # fingerprint: none needed (a 6,000-node one is 40 ms)
+        elif (defer and result.changed and not state.untraced
+              and count_nodes(graph) != nodes_before):
+            # it says it changed the graph and did for sure, and no pass before it waits
+            # for a fingerprint: none needed (a 6,000-node one is 40 ms)
             after = None
         else:
             after = fingerprint(graph)  # covers the passes taken at their word before it
