@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from graphfix.doctor.findings import ERROR, WARN, Finding
 from graphfix.doctor.rules_plugins import handles as plugin_handles
 from graphfix.doctor.view import ModelView, NodeRef
-from graphfix.plugins.retype import RETYPES
+from graphfix.plugins.retype import retypes
 from graphfix.trt import OpSupport, TrtTarget, documented_versions, parse_target
 
 # Ops whose first input is not the tensor the Types column describes: the input to read.
@@ -129,7 +129,7 @@ def _dtype_fix(type_name: str, op: str, listed: str) -> str:
         return ("keep biases in float: store the dequantized bias as a float initializer "
                 "(TensorRT quantizes biases itself; graphfix calibrate puts no Q/DQ on bias)")
     fix = _cast_fix(type_name, op, listed)
-    if op in RETYPES and type_name.startswith(("INT", "UINT", "BOOL")):
+    if retypes(op, type_name):
         return (f"lower-unsupported (the default --trt pipeline runs it) computes {op} in "
                 "FP32 where that is exact (a ConstantOfShape value FP32 holds; sums and "
                 f"extrema of a BOOL tensor cast to an integer type; NonZero); elsewhere: {fix}")

@@ -1,5 +1,6 @@
-"""The floating dtype of a graphsurgeon tensor, found through its producers when it has
-none of its own (onnxruntime's saved models carry no value_info)."""
+"""The dtype of a graphsurgeon tensor, found through its producer when it has none of its
+own (onnxruntime's saved models carry no value_info, and passes run before inference):
+`float_dtype` for float ops, `known_dtype` for any type."""
 
 from __future__ import annotations
 
@@ -36,6 +37,29 @@ def float_dtype(tensor: gs.Tensor, memo: dict[int, Any] | None = None) -> np.dty
                     break
     memo[key] = found
     return found
+
+
+BOOL_OPS = frozenset({"Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Not",
+                      "And", "Or", "Xor", "IsNaN", "IsInf"})
+"""Ops whose output is BOOL whatever their inputs."""
+
+
+def known_dtype(tensor: gs.Tensor) -> np.dtype | None:
+    """The tensor's dtype: its own, else BOOL where a comparison or logic op writes it, or
+    a Cast's `to`; None otherwise."""
+    if tensor.dtype is not None:
+        return np.dtype(tensor.dtype)
+    producer = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    if producer is None:
+        return None
+    if producer.op in BOOL_OPS:
+        return np.dtype(np.bool_)
+    if producer.op == "Cast" and "to" in producer.attrs:
+        try:
+            return np.dtype(helper.tensor_dtype_to_np_dtype(int(producer.attrs["to"])))
+        except (KeyError, TypeError, ValueError):
+            return None
+    return None
 
 
 def _own_float_dtype(tensor: gs.Tensor) -> np.dtype | None:

@@ -56,7 +56,7 @@ from graphfix.plugins.lowering import (
     parses,
     unavailable,
 )
-from graphfix.plugins.retype import RETYPES, typed_dtype
+from graphfix.plugins.retype import RETYPES, retypes, typed_dtype
 from graphfix.plugins.rules import Rule
 
 REDUCE_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
@@ -220,7 +220,7 @@ def _retype(node: gs.Node, env: Env, target) -> _Plan | str | None:
     except (KeyError, TypeError, ValueError):
         return None
     unlisted = target.unlisted_type(node.op, elem)
-    if unlisted is None or not unlisted.startswith(("INT", "UINT", "BOOL")):
+    if unlisted is None or not retypes(node.op, unlisted):
         return None  # a listed type, or a float one (doctor's cast-down warning)
     why = (f"{target.label()} lists {node.op} for {', '.join(row.types)} only, "
            f"not {unlisted}")

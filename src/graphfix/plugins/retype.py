@@ -37,6 +37,7 @@ import onnx_graphsurgeon as gs
 from onnx import helper
 
 from graphfix.graph import constant_value
+from graphfix.graph.dtypes import known_dtype
 from graphfix.plugins.lowering import Builder, Emit, Env
 
 EXACT_INTEGERS = 2**24
@@ -53,19 +54,7 @@ def typed_dtype(node: gs.Node) -> np.dtype | None:
         array = constant_value(value) if isinstance(value, gs.Constant) else None
         return np.dtype(np.float32) if value is None else (
             None if array is None else np.asarray(array).dtype)
-    return _bits_dtype(node.inputs[0]) if node.inputs else None
-
-
-def _input_dtype(x: gs.Tensor) -> np.dtype | None:
-    if x.dtype is not None:
-        return np.dtype(x.dtype)
-    source = x.inputs[0] if len(x.inputs) == 1 else None
-    if source is not None and source.op == "Cast" and "to" in source.attrs:
-        try:
-            return np.dtype(helper.tensor_dtype_to_np_dtype(int(source.attrs["to"])))
-        except (KeyError, TypeError, ValueError):
-            return None
-    return None
+    return known_dtype(node.inputs[0]) if node.inputs else None
 
 
 def _constant_of_shape(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
@@ -96,10 +85,10 @@ def _count(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
     x, y, op = node.inputs[0], node.outputs[0], node.op
     source = x.inputs[0] if len(x.inputs) == 1 else None
     if source is None or source.op != "Cast" or not source.inputs or (
-            _bits_dtype(source.inputs[0]) != np.bool_):
+            known_dtype(source.inputs[0]) != np.bool_):
         return ("its terms are not a Cast of a BOOL tensor, so they may be large, and a "
                 "float32 sum of large integers rounds")
-    dtype = _input_dtype(x)
+    dtype = known_dtype(x)
     if dtype is None:
         return "its integer type is unknown; run shape inference on the model first"
     bits, rest, attrs, note = source.inputs[0], list(node.inputs[1:]), dict(node.attrs), ""
@@ -146,7 +135,7 @@ def _nonzero(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
     """NonZero of a BOOL or integer tensor: which elements are nonzero is the same in
     float32 (no integer becomes 0 there)."""
     x, y, attrs = node.inputs[0], node.outputs[0], dict(node.attrs)
-    dtype = _bits_dtype(x)
+    dtype = known_dtype(x)
     if dtype is None or not (dtype == np.bool_ or np.issubdtype(dtype, np.integer)):
         return "its input is not BOOL or an integer type (a float would round to 0)"
 
@@ -156,19 +145,10 @@ def _nonzero(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
     return emit, ""
 
 
-_BOOL_OPS = frozenset({"Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Not",
-                       "And", "Or", "Xor", "IsNaN", "IsInf"})
-"""Ops whose output is BOOL whatever their inputs."""
-
-
-def _bits_dtype(t: gs.Tensor) -> np.dtype | None:
-    """The tensor's type, known without inference where a comparison or logic op writes
-    it."""
-    if t.dtype is not None:
-        return np.dtype(t.dtype)
-    if len(t.inputs) == 1 and t.inputs[0].op in _BOOL_OPS:
-        return np.dtype(np.bool_)
-    return _input_dtype(t)
+def retypes(op: str, type_name: str) -> bool:
+    """Whether `RETYPES` has a planner for `op` on the table's type `type_name` (an
+    integer or BOOL one: `TrtTarget.unlisted_type`'s names)."""
+    return op in RETYPES and type_name.startswith(("INT", "UINT", "BOOL"))
 
 
 RETYPES: dict[str, Callable[[gs.Node, Env], tuple[Emit, str] | str]] = {
