@@ -6,7 +6,9 @@
 
 `run` and `bisect` are here; `doctor` too; `calibrate` lives in
 `graphfix.calibration.command`, `check` in `graphfix.check.command` and the
-`plugins list|match|apply` commands in `graphfix.plugins.command`, imported here.
+`plugins list|match|apply` commands in `graphfix.plugins.command`, imported from here on
+first use (PEP 562), so `graphfix run` does not load calibration, the layer-wise check
+and the plugin catalog.
 """
 
 from __future__ import annotations
@@ -21,17 +23,11 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from graphfix import io, provenance, runfiles, weights
-from graphfix.calibration.command import Calibration, calibrate
-from graphfix.check.command import check
 from graphfix.errors import GraphfixError
 from graphfix.passes.base import PassContext, RewriteBudget
-from graphfix.passes.bisect import Bisection, ProbeOutcome, bisect_rewrites
 from graphfix.passes.defaults import default_pipeline
 from graphfix.passes.manager import PassCallback, run_pipeline
 from graphfix.passes.pipeline import Pipeline, parse_pipeline
-from graphfix.plugins.command import apply as plugins_apply
-from graphfix.plugins.command import catalog as plugins_list
-from graphfix.plugins.command import match as plugins_match
 from graphfix.report import FileRef, Report
 from graphfix.runtime.feeds import (
     DEFAULT_SEED,
@@ -46,12 +42,33 @@ from graphfix.spill import Spill
 
 if TYPE_CHECKING:
     from graphfix.doctor import Diagnosis
+    from graphfix.passes.bisect import Bisection, ProbeOutcome
     from graphfix.writeset import WriteSet
 
 ModelLike = onnx.ModelProto | str | os.PathLike
 
-__all__ = ["Calibration", "Result", "bisect", "calibrate", "check", "doctor", "plugins_apply",
-           "plugins_list", "plugins_match", "run"]
+# the commands defined elsewhere are module attributes once read (`__getattr__`)
+__all__ = ["Calibration", "Result", "bisect", "calibrate", "check", "doctor",  # noqa: F822
+           "plugins_apply", "plugins_list", "plugins_match", "run"]
+
+_ELSEWHERE = {  # name here -> (module, name there): the commands defined elsewhere
+    "Calibration": ("graphfix.calibration.command", "Calibration"),
+    "calibrate": ("graphfix.calibration.command", "calibrate"),
+    "check": ("graphfix.check.command", "check"),
+    "plugins_apply": ("graphfix.plugins.command", "apply"),
+    "plugins_list": ("graphfix.plugins.command", "catalog"),
+    "plugins_match": ("graphfix.plugins.command", "match"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ELSEWHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    module, there = _ELSEWHERE[name]
+    globals()[name] = value = getattr(import_module(module), there)
+    return value
 
 
 @dataclass
@@ -318,6 +335,8 @@ def bisect(
     culprit (all of them when none breaks the numbers); `output` writes it, `report`
     the report of its run (both claimed before any work, as in `run`).
     """
+    from graphfix.passes.bisect import bisect_rewrites
+
     if run_options.pop("dump_after", None):
         raise GraphfixError("--dump-after and --bisect were both given",
                             "bisect runs the pipeline many times, each with another limit",

@@ -1,11 +1,13 @@
 import dataclasses
 import re
+import subprocess
+import sys
 
 import pytest
 
 from graphfix.errors import GraphfixError, InternalError
-from graphfix.passes.base import NoOptions, Pass
-from graphfix.passes.registry import PASSES, REGISTRY, build_registry, get_pass
+from graphfix.passes.base import Pass
+from graphfix.passes.registry import PASSES, REGISTRY, LazyRegistry, get_pass
 
 
 def test_registry_is_the_explicit_list():
@@ -16,13 +18,8 @@ def test_registry_is_the_explicit_list():
 
 
 def test_duplicate_name_is_a_programming_error():
-    class Twin(Pass):
-        name = "cleanup"
-        summary = "a second cleanup"
-        Options = NoOptions
-
     with pytest.raises(InternalError, match="two passes are named 'cleanup'"):
-        build_registry(PASSES + (Twin,))
+        LazyRegistry((("cleanup", "cleanup:Cleanup"), ("cleanup", "fold_bn:FoldBatchNorm")))
 
 
 def test_malformed_name_is_a_programming_error():
@@ -30,8 +27,29 @@ def test_malformed_name_is_a_programming_error():
         name = "Bad_Name"
         summary = "x"
 
+    registry = LazyRegistry(())
+    registry["bad-name"] = Bad
     with pytest.raises(InternalError, match="kebab-case"):
-        build_registry((Bad,))
+        registry["bad-name"]
+
+
+def test_a_class_listed_under_another_name_is_a_programming_error():
+    registry = LazyRegistry((("fold-batchnorm", "fold_bn:FoldBatchNorm"),))
+    assert list(registry) == ["fold-batchnorm"]
+    with pytest.raises(InternalError, match="named 'fold-bn' but listed as 'fold-batchnorm'"):
+        registry["fold-batchnorm"]
+
+
+def test_a_pass_module_loads_when_the_pass_is_looked_up():
+    """The registry names every pass without importing them: the default pipeline's run
+    loads only its own passes (start-up time)."""
+    code = ("import sys; from graphfix.passes import registry; "
+            "assert 'add-nms' in registry.REGISTRY and 'graphfix.passes.add_nms' not in "
+            "sys.modules; registry.get_pass('add-nms'); "
+            "assert 'graphfix.passes.add_nms' in sys.modules; "
+            "from graphfix.passes.pipeline import parse_pipeline; parse_pipeline('trt-prep'); "
+            "assert 'graphfix.passes.split_nms' not in sys.modules, 'trt-prep loaded split-nms'")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_unknown_name_is_a_user_error_with_suggestions():
