@@ -1,16 +1,17 @@
 """Presets: a named pipeline run in rounds until nothing changes."""
 
+import onnx
 import pytest
-from gfhelpers import ops, parse
+from gfhelpers import ops, parse, spy
 
 from graphfix.errors import GraphfixError, InternalError
 from graphfix.graph import bypass
 from graphfix.passes import registry
 from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
-from graphfix.passes.manager import run_pipeline
+from graphfix.passes.manager import Verifier, run_pipeline
 from graphfix.passes.pipeline import parse_pipeline
 from graphfix.passes.registry import Preset, build_presets
-from graphfix.report import APPLIED, UNCHANGED
+from graphfix.report import APPLIED, INVALID, ROLLED_BACK, UNCHANGED
 from graphfix.runtime.feeds import graph_inputs, resolve_shapes
 from graphfix.runtime.outputs import OutputCheck
 
@@ -47,10 +48,46 @@ def preset(monkeypatch):
     return make
 
 
-def run(text, model):
+class BreaksChecker(Pass):
+    """Gives the last node an op ONNX does not know."""
+
+    name = "breaks-checker"
+    summary = "test only"
+    Options = NoOptions
+
+    def run(self, graph, ctx):
+        graph.nodes[-1].op = "NoSuchOp"
+        return PassResult(changed=True)
+
+
+class SeesShapes(Pass):
+    """Records whether it was told the graph carries the inferred shapes."""
+
+    name = "sees-shapes"
+    summary = "test only"
+    Options = NoOptions
+    told: list[bool] = []
+
+    def run(self, graph, ctx):
+        SeesShapes.told.append(ctx.shapes_inferred)
+        return PassResult(changed=False, notes=[Note("graph", "looked")])
+
+
+@pytest.fixture
+def make_preset(monkeypatch):
+    def make(*passes, max_rounds=10):
+        for cls in (RemoveOneIdentity, BreaksChecker, SeesShapes):
+            monkeypatch.setitem(registry.REGISTRY, cls.name, cls)
+        monkeypatch.setitem(registry.PRESET_REGISTRY, "made", Preset(
+            "made", "test preset", passes, max_rounds))
+    return make
+
+
+def run(text, model, check_each=False):
     inputs = graph_inputs(model)
     check = OutputCheck.prepare(model, resolve_shapes(inputs))
-    return run_pipeline(model, parse_pipeline(text), check, PassContext())
+    return run_pipeline(model, parse_pipeline(text), check, PassContext(),
+                        check_each=check_each)
 
 
 def test_preset_runs_rounds_until_nothing_changes(preset):
@@ -95,3 +132,46 @@ def test_malformed_presets_are_programming_errors():
         build_presets((Preset("cleanup", "x", ("fold-bn",)),), registry.REGISTRY)
     with pytest.raises(InternalError, match="malformed"):
         build_presets((Preset("p", "x", ("no-such-pass",)),), registry.REGISTRY)
+
+
+def test_a_round_has_its_structural_checks_once_at_its_end(make_preset, monkeypatch):
+    """Each pass of a round changes the graph, and onnx.checker + shape inference run once
+    per round, on the round's model; with a check after every pass, once per pass. The
+    result is the same."""
+    make_preset("remove-one-identity", "remove-one-identity")
+    seen = spy(monkeypatch, Verifier, "problem", lambda self, model: ops(model))
+    out, report = run("made", parse(MODEL))
+    assert [r.status for r in report.passes] == [APPLIED, APPLIED, APPLIED, UNCHANGED,
+                                                 UNCHANGED, UNCHANGED]
+    assert seen == [["Identity", "Relu"], ["Relu"]]
+    seen.clear()
+    each, _ = run("made", parse(MODEL), check_each=True)
+    assert seen == [["Identity", "Identity", "Relu"], ["Identity", "Relu"], ["Relu"]]
+    assert ops(out) == ops(each) == ["Relu"]
+    onnx.checker.check_model(out)
+
+
+def test_a_pass_that_breaks_a_round_is_found_by_checking_each_pass(make_preset):
+    """The round's one structural check fails: the run is repeated with a check after
+    every pass, which rolls back the pass at fault, and the notes say so."""
+    make_preset("remove-one-identity", "breaks-checker")
+    out, report = run("made", parse(MODEL))
+    assert ops(out) == ["Relu"]
+    onnx.checker.check_model(out)
+    broken = [r for r in report.passes if r.spec == "breaks-checker"]
+    assert broken and all(r.status == ROLLED_BACK and r.rollback_cause == INVALID
+                          for r in broken)
+    assert any("structural check (onnx.checker, shape inference) after pass 2 "
+               "(breaks-checker)" in n and "repeated with a check after every pass" in n
+               for n in report.verify_notes), report.verify_notes
+
+
+def test_passes_after_an_unchecked_change_are_not_told_shapes_are_inferred(make_preset,
+                                                                           monkeypatch):
+    """Until the round's end, the graph's shapes are those inferred before the round."""
+    make_preset("sees-shapes", "remove-one-identity", "sees-shapes")
+    monkeypatch.setattr(SeesShapes, "told", [])
+    run("made", parse(MODEL))
+    # rounds 1-3 remove an Identity each; round 4 changes nothing (its last sees-shapes is
+    # not run again: the graph it left unchanged)
+    assert SeesShapes.told == [True, False, True, False, True, False, True]

@@ -24,6 +24,14 @@ Checks are batched (not with `check_each` or a rewrite budget):
   dedup-constants, merge-duplicates) defers its structural checks too: the next pass's
   candidate that passes them, or the end of the run, has them for both (such a pass
   does not change the shapes later passes read);
+- in a preset's round every pass defers its structural checks to the end of the round:
+  one onnx.checker and one shape inference of the round's model, whose shapes the graph
+  then gets for the next round. Until then passes see the shapes inferred before the
+  round (and what the passes since gave the tensors they made), and are not told the
+  shapes are inferred (`PassContext.shapes_inferred`): fold-constants infers them itself
+  where a Shape needs one. A round reaches the same fixed point (on every shared and zoo
+  model: the same nodes and initializers as checking each pass); each check per pass was
+  ~25 ms on 2,500 nodes (bench/RESULTS.md, sixth round);
 - with the output check on, a pass that passes the structural checks is kept with its
   output check deferred, and one run of the model checks every deferred pass at once,
   at the end of the run (and before a pass that changes the outputs rebases the
@@ -273,7 +281,7 @@ class _Runner:
         ran_before = [r.spec for r in self.records]
         before, checked = self.state.last_good, self.state.last_check
         record = _run_one(index, spec, pass_, self.state, self.ctx, self.verifier,
-                          self.output_check, ran_before, self.batched)
+                          self.output_check, ran_before, self.batched, in_round=bool(preset))
         if record.check == DEFERRED:
             if not self.pending:
                 self.base = (before, checked)
@@ -364,6 +372,7 @@ class _Runner:
             applied = [spec for spec, p in steps
                        if self.step(spec, p, name, round_).status == APPLIED]
             self.rounds_run[name] = round_
+            self._end_round()
             if not applied:
                 return
         self.notes.append(
@@ -371,6 +380,15 @@ class _Runner:
             f"still changed the graph ({', '.join(dict.fromkeys(applied))} applied); "
             "passes may be undoing each other's work, please report it"
         )
+
+    def _end_round(self) -> None:
+        """The structural checks deferred in a preset round, made once on the round's
+        model (or _BatchFailed), whose inferred shapes the graph then gets for the next
+        round."""
+        state = self.state
+        if state.unverified:
+            _verify_deferred(state, self.verifier, state.last_good)
+            state.accept(state.last_good, self.verifier.inferred)
 
     def finish(self, pipeline: str) -> tuple[onnx.ModelProto, Report]:
         self._check_unchanged()
@@ -432,6 +450,10 @@ class _State:
     # passes taken at their word that they changed nothing, since the last fingerprint
     # (batched: `_attempt`); `fingerprint` is then what the graph should still be
     untraced: list[PassRecord] = field(default_factory=list)
+    # an unverified pass may have changed shapes: the graph's are those `inferred` found
+    # for the model before it (tensors since made have what their pass gave them), so
+    # passes are not told they are inferred (`PassContext.shapes_inferred`)
+    stale: bool = False
 
     def current_fingerprint(self) -> tuple:
         if self.fingerprint is None:
@@ -447,12 +469,16 @@ class _State:
         self.last_good = model
         self.annotate(inferred)
         self.unverified = []
+        self.stale = False
 
-    def accept_unverified(self, model: onnx.ModelProto, record: PassRecord) -> None:
+    def accept_unverified(self, model: onnx.ModelProto, record: PassRecord,
+                          keeps_computation: bool) -> None:
         """Keep a pass's model with its structural checks deferred (`_attempt`); the
-        graph keeps its shapes, which a pass that keeps the computation does not change."""
+        graph keeps its shapes, which a pass that keeps the computation does not change
+        (another makes them `stale` until the checks are made)."""
         self.last_good = model
         self.unverified.append(record)
+        self.stale = self.stale or not keeps_computation
         self.fingerprint = None
         self.version += 1
 
@@ -467,14 +493,14 @@ class _State:
 
 
 def _run_one(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier, output_check,
-             ran_before, defer: bool = False) -> PassRecord:
+             ran_before, defer: bool = False, in_round: bool = False) -> PassRecord:
     """Run one pass; its context changes last only when its graph is kept (not when it is
     rolled back, refused by the rewrite budget, or changed nothing)."""
     saved = ctx.snapshot()
     if ctx.rewrites is not None:
         ctx.rewrites.start(index, spec)
     record = _attempt(index, spec, pass_, state, ctx, verifier, output_check, ran_before,
-                      defer)
+                      defer, in_round)
     if record.status != APPLIED:
         ctx.restore(saved)
     return record
@@ -490,7 +516,7 @@ def _shown_same(last: tuple[str, float | None], since: str = "before this pass")
 
 
 def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier, output_check,
-             ran_before, defer: bool) -> PassRecord:
+             ran_before, defer: bool, in_round: bool = False) -> PassRecord:
     t0 = time.perf_counter()
     nodes_before = count_nodes(state.graph)
     record = PassRecord(index, spec, UNCHANGED, 0.0, nodes_before, nodes_before)
@@ -504,7 +530,7 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
     before = state.current_fingerprint()
     graph = state.graph
     try:
-        ctx.shapes_inferred = state.inferred is not None
+        ctx.shapes_inferred = state.inferred is not None and not state.stale
         try:
             result = pass_.run(graph, ctx)
         finally:
@@ -549,9 +575,11 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
         where = f" (after {', '.join(ran_before)})" if ran_before else " (the first pass)"
         record.traceback = traceback.format_exc()
         return _rolled_back(record, RAISED, f"{type(err).__name__}: {err}{where}", state, t0)
-    # a pass that only removes or shares what computes the same has its structural checks
-    # made on the model of a later pass (`_verify_deferred`)
-    checked_later = defer and pass_.keeps_computation and not pass_.changes_outputs
+    # a pass that only removes or shares what computes the same, or any pass of a preset
+    # round, has its structural checks made on the model of a later pass or at the end of
+    # the round (`_verify_deferred`)
+    checked_later = defer and not pass_.changes_outputs and (
+        pass_.keeps_computation or in_round)
     problem = None if checked_later else verifier.problem(candidate)
     if problem:
         record.rejected = candidate
@@ -579,7 +607,7 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
     else:
         record.check = "skipped"
     if checked_later:
-        state.accept_unverified(candidate, record)
+        state.accept_unverified(candidate, record, pass_.keeps_computation)
     else:
         state.accept(candidate, verifier.inferred)
     record.status = APPLIED
