@@ -285,13 +285,15 @@ def _prepare(model: ModelLike, passes: str | Pipeline | None, check: bool,
                     "the check must test the model with the shapes it will have",
                     "give the same shape in both places, or drop one",
                 )
-    shapes, output_check = _prepare_check(source, given, check, data, input_values, seed,
-                                          providers, data_key)
     target = None
     if trt is not None:
         from graphfix.trt import parse_target
 
         target = parse_target(trt)
+    # last: the original starts running in the background here, and a process that exits
+    # on an error while onnxruntime runs in a thread aborts (exit 134, not the error's 2)
+    shapes, output_check = _prepare_check(source, given, check, data, input_values, seed,
+                                          providers, data_key)
     return _Prepared(source, pipeline, shapes, output_check, target, tuple(rules))
 
 
@@ -374,7 +376,10 @@ def bisect(
             result = _execute(prepared, budget, **hooks)
             return result.model, result.report
 
-        found = bisect_rewrites(probe, on_probe)
+        try:
+            found = bisect_rewrites(probe, on_probe)
+        finally:
+            prepared.output_check.join()  # no onnxruntime left running behind an error
         found.model = _with_weights(found.model, prepared.source)
         if out is not None:
             files.model(found.model, out, replaces=path if in_place else None)

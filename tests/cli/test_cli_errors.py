@@ -2,6 +2,8 @@
 no partial output."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -92,6 +94,20 @@ def test_bad_options_exit_2(tmp_path, args, hint):
     result = runner.invoke(app, ["run", str(src), *args])
     assert result.exit_code == 2, result.output
     assert hint in result.stderr
+    assert not (tmp_path / "m.graphfix.onnx").exists()
+
+
+@pytest.mark.parametrize("trt", ["7", "abc"])
+def test_a_bad_trt_version_exits_2_in_a_real_process(tmp_path, trt):
+    """The version is refused before the original starts running in the background: an
+    error while onnxruntime ran in a thread ended the process with an abort (134)."""
+    src = tmp_path / "m.onnx"
+    onnx.save(samples.conv_bn_relu_residual(), src)
+    done = subprocess.run([sys.executable, "-m", "graphfix", "run", str(src), "--trt", trt],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "as the TensorRT version" in done.stderr
+    assert "terminate called" not in done.stderr
     assert not (tmp_path / "m.graphfix.onnx").exists()
 
 
