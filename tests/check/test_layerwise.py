@@ -513,3 +513,45 @@ def test_a_conv_the_candidate_folded_a_batch_norm_into_carries_its_inputs_error(
     bad = compare_layerwise(_folded_bn(), _folded_bn(shift=6e-5, fold=True, wrong=1.01),
                             [{"x": x}], removed=removed)
     assert not bad.passed and bad.first_divergence.name == "y"
+
+
+def _fp16_inside(rng_seed: int = 0) -> onnx.ModelProto:
+    """float32 in and out, float16 inside (onnxconverter-common's keep_io_types):
+    Cast -> Conv -> BatchNormalization -> Cast."""
+    rng = np.random.default_rng(rng_seed)
+    c = 16
+
+    def f16(a, name):
+        return numpy_helper.from_array(np.asarray(a, np.float16), name)
+
+    inits = [f16(rng.standard_normal((c, 3, 3, 3)) * 0.3, "w"),
+             f16(rng.uniform(0.5, 1.5, c), "g"), f16(rng.uniform(-0.2, 0.2, c), "b"),
+             f16(rng.uniform(-0.5, 0.5, c), "m"), f16(rng.uniform(0.5, 2.0, c), "v")]
+    nodes = [helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16),
+             helper.make_node("Conv", ["x16", "w"], ["c16"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c16", "g", "b", "m", "v"], ["y16"]),
+             helper.make_node("Cast", ["y16"], ["y"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(
+        nodes, "fp16_inside", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                             [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 16, 16])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_widening_cast_carries_the_float16_error_of_its_input():
+    """fold-bn in float16 moves y16 by float16 rounding (within float16's bound); the
+    Cast to float32 carries exactly that error, which float32's own bound (1e-5 of the
+    scale, under one float16 ulp) would reject. A fold that is wrong still fails."""
+    ref = _fp16_inside()
+    result = run(ref, passes="fold-bn", check=False)
+    feeds = [{"x": np.random.default_rng(s).standard_normal((1, 3, 16, 16), np.float32)}
+             for s in range(2)]
+    ok = compare_layerwise(ref, result.model, feeds, renamed=result.report.renamed,
+                           removed=result.report.removed)
+    assert ok.passed, ok.first_divergence
+    assert ok.tensor("y").max_rel > 1e-5  # over float32's own bound (rel: to the scale)
+    conv = next(n for n in result.model.graph.node if n.op_type == "Conv")
+    bad = perturb(result.model, conv.input[1])
+    wrong = compare_layerwise(ref, bad, feeds, renamed=result.report.renamed,
+                              removed=result.report.removed)
+    assert not wrong.passed and wrong.first_divergence.name == "y16"

@@ -80,6 +80,10 @@ def widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Produce
     fuse-conv-bias fold into one Conv, differs by 1.5e-5 of the scale there from
     rounding upstream (onnxruntime's own BASIC optimizations fail the same tensors
     without this). A wrong fold is (W' - W) x, far over that.
+    A Cast from one float type to a wider one (float16 -> float32) is exact: it is allowed
+    its input's error, so a model computing in float16 between float32 inputs and
+    outputs (onnxconverter-common's keep_io_types) is held to float16's bound at its
+    outputs, not float32's (one float16 ulp failed its output Cast before).
     MatMul sums K such products (K: the contracted length), so it is allowed K times
     that: DETR's attention, whose Softmax passes against its logits' scale, multiplies
     the probabilities' error 1.3e-4 into its values (2.4e-3 against its own scale's 1e-5
@@ -101,6 +105,9 @@ def widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Produce
                 carried = _carried_error(producer, tallies, sample, producers)
                 if carried is not None:
                     tally.allow(sample, carried)
+            elif producer.op == "Cast" and _widens(tallies, producer.inputs[0], tally):
+                if _agrees(tallies, producer.inputs[0], sample):
+                    tally.allow(sample, tallies[producer.inputs[0]].abs_errors[sample])
             elif producer.op in ("Add", "Sub", "Mul", "MatMul"):
                 grown = _grown_error(producer, tallies, sample)
                 if grown is not None:
@@ -109,6 +116,19 @@ def widen_by_operands(tallies: dict[str, Tally], producers: Mapping[str, Produce
                 grown = convs.allowance(tally.candidate, tallies, by_candidate, sample)
                 if grown is not None:
                     tally.allow(sample, grown)
+
+
+def _widens(tallies: Mapping[str, Tally], source: str, out: Tally) -> bool:
+    """Whether a Cast from the compared tensor `source` to `out` converts one float type
+    to another at least as wide: exact, so the error it carries is its input's."""
+    tally = tallies.get(source)
+    if tally is None:
+        return False
+    try:
+        a, b = np.dtype(tally.dtype), np.dtype(out.dtype)
+    except TypeError:
+        return False
+    return a.kind == b.kind == "f" and b.itemsize >= a.itemsize
 
 
 def _agrees(tallies: Mapping[str, Tally], name: str, sample: int) -> bool:
