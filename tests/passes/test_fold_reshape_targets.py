@@ -231,3 +231,45 @@ def test_two_entries_computed_by_arithmetic_stay():
     assert_skips(FoldReshapeTargets(), model, "Reshape 'y'",
                  "its target has entries not known statically (element 0 of 'a2', "
                  "element 0 of 'b2') that neither 0 nor a single -1 can express")
+
+
+def _head(second_input: bool = False) -> onnx.ModelProto:
+    """YOLOv8's dynamic-batch head: each level is reshaped by the batch of the first
+    level, a Conv of the same input (`x[i].view(shape[0], no, -1)`, shape = x[0].shape).
+    With `second_input`, the batch comes from another graph input declared `N` too."""
+    from gfhelpers import build_model, init, seeded, value
+
+    source = "a" if second_input else "y"
+    nodes = [onnx.helper.make_node("Conv", ["x", "w1"], ["y"], pads=[1, 1, 1, 1]),
+             onnx.helper.make_node("Conv", ["x", "w2"], ["z"]),
+             onnx.helper.make_node("Sigmoid", ["z"], ["zs"]),
+             onnx.helper.make_node("Mul", ["z", "zs"], ["act"]),
+             onnx.helper.make_node("Shape", [source], ["s"]),
+             onnx.helper.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+             onnx.helper.make_node("Unsqueeze", ["b", "ax0"], ["b1"]),
+             onnx.helper.make_node("Concat", ["b1", "c6", "m1"], ["t"], axis=0),
+             onnx.helper.make_node("Reshape", ["act", "t"], ["out"])]
+    inputs = [value("x", ["N", 4, 8, 8])] + ([value("a", ["N", 8, 8, 8])] if second_input
+                                             else [])
+    inits = [init("w1", seeded((8, 4, 3, 3))), init("w2", seeded((6, 4, 1, 1), seed=1)),
+             init("i0", np.array(0, np.int64)), init("ax0", np.array([0], np.int64)),
+             init("c6", np.array([6], np.int64)), init("m1", np.array([-1], np.int64))]
+    return build_model(nodes, inputs, [value("out", ["N", 6, 64])], inits)
+
+
+def test_the_batch_of_a_conv_of_the_same_input_becomes_a_copy_entry():
+    """y and act both have x's batch by construction (a Conv keeps dim 0, x * sigmoid(x)
+    keeps it): the target is [0, 6, -1], whatever N is."""
+    out = assert_rewrites(FoldReshapeTargets(), _head(), ["Conv", "Sigmoid", "Mul", "Reshape"],
+                          {"made Reshape targets computed from Shape constant": 1},
+                          [{"x": np.random.default_rng(s).standard_normal((n, 4, 8, 8),
+                                                                        np.float32)}
+                           for s, n in ((0, 3), (1, 1))])
+    assert target_of(out, "out") == [0, 6, -1]
+
+
+def test_the_batch_of_another_input_declared_with_the_same_name_stays():
+    """Two graph inputs both declared N are two sizes to onnxruntime: no 0 for it."""
+    assert_skips(FoldReshapeTargets(), _head(second_input=True), "Reshape 'out'",
+                 "its target has entries not known statically (dim 0 of 'a') that neither 0 "
+                 "nor a single -1 can express")

@@ -9,8 +9,10 @@ The target is evaluated element by element: each entry is a known integer or
 "dimension i of tensor T" (from Shape). It becomes a constant when every entry is
 
 - a known integer (a literal, or a dimension whose size the shapes say),
-- dimension i of the Reshape's own input at position i: written 0, which copies
-  that dimension (allowzero=0 only), or
+- dimension i of the Reshape's own input at position i, or of a tensor whose
+  dimension is that one by construction (`graph.dimorigin`: YOLOv8's dynamic-batch head
+  reshapes each level by the batch of the first, a Conv of the same input): written 0,
+  which copies that dimension (allowzero=0 only), or
 - for exactly one entry, anything else, written -1, when every other entry is a
   positive integer: a dimension, or a value this pass does not evaluate (B * nW in
   Swin's window attention) of an integer tensor whose length the shapes say. The
@@ -55,6 +57,7 @@ from graphfix.graph import (
     node_label,
     opset_of,
 )
+from graphfix.graph.dimorigin import DimOrigins
 from graphfix.graph.shapes import infer_shapes
 from graphfix.passes._noop_shapes import slice_params, squeeze_axes
 from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
@@ -130,8 +133,9 @@ class FoldReshapeTargets(Pass):
         pending = list(candidates)
         for _ in range(MAX_ROUNDS):
             refused: list[tuple[gs.Node, str]] = []
+            origins = DimOrigins()  # the shapes are new each round
             for node in pending:
-                target = _target(node, opset)
+                target = _target(node, opset, origins)
                 if isinstance(target, gs.Tensor):
                     if not ctx.allow_rewrite(self.name, f"{node_label(node)} target "
                                              f"Shape({target.name})"):
@@ -166,7 +170,7 @@ class FoldReshapeTargets(Pass):
         return result
 
 
-def _target(node: gs.Node, opset: int) -> list[int] | gs.Tensor | str:
+def _target(node: gs.Node, opset: int, origins: DimOrigins) -> list[int] | gs.Tensor | str:
     """The constant target for `node`, the tensor whose shape it is, or why neither."""
     value = evaluate(node.inputs[1], opset)
     if isinstance(value, str):
@@ -177,7 +181,8 @@ def _target(node: gs.Node, opset: int) -> list[int] | gs.Tensor | str:
     for i, entry in enumerate(value.entries):
         if isinstance(entry, int):
             target.append(entry)
-        elif entry.tensor is x and entry.axis == i and not allowzero:
+        elif (isinstance(entry, Dim) and not allowzero
+              and origins.same(entry.tensor, entry.axis, x, i)):
             target.append(0)
         else:
             target.append(None)
