@@ -161,6 +161,23 @@ def int64_input() -> onnx.ModelProto:
                  [vi("x", I64, [4])], [vi("y", F, [4])])
 
 
+def local_function() -> onnx.ModelProto:
+    """Two calls of a model-local function (PyTorch's export_modules_as_functions)."""
+    block = helper.make_function(
+        "pkg", "Block", ["a", "w"], ["b"],
+        [helper.make_node("Conv", ["a", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Add", ["r", "a"], ["b"])],
+        [helper.make_opsetid("", 17)])
+    weights = np.random.default_rng(0).standard_normal((3, 3, 3, 3)).astype(np.float32)
+    m = model([helper.make_node("Block", ["x", "w"], ["h"], name="blk1", domain="pkg"),
+               helper.make_node("Block", ["h", "w"], ["y"], name="blk2", domain="pkg")],
+              [vi("x", F, [1, 3, 8, 8])], [vi("y", F, [1, 3, 8, 8])],
+              [numpy_helper.from_array(weights * 0.2, "w")])
+    m.functions.append(block)
+    m.opset_import.append(helper.make_opsetid("pkg", 1))
+    return m
+
+
 # ----------------------------------------------------------------------------- cases
 
 
@@ -205,6 +222,7 @@ CASES = (
     Case("nms-strategy", "EfficientNMS_TRT", efficient_nms_plugin, "10.16", "plugin-to-nms"),
     Case("dynamic-input", "", dynamic_batch, "10.16", "fix-shapes{x=1x3x8x8}"),
     Case("int64-input", "", int64_input, "8.6", "int64-to-int32"),
+    Case("custom-op-unknown", "pkg::Block", local_function, "8.6", "inline-functions"),
 )
 
 

@@ -218,6 +218,6 @@ def _local_function(domain: str, op: str, refs: list[NodeRef], target: TrtTarget
         f"{target.effective} does not read local functions and looks for a plugin instead",
         nodes=_nodes(refs), op=_qualified(domain, op),
         fact=f"parser notes, local_functions: {note}",
-        fix="inline the local functions before parsing "
-            "(onnx.inliner.inline_local_functions), or target TensorRT 9.0 or newer",
+        fix="inline-functions (in trt-prep and every --trt pipeline), or target TensorRT "
+            "9.0 or newer",
     )

@@ -13,8 +13,8 @@ from onnx_graphsurgeon.logger import G_LOGGER
 from graphfix import weights
 from graphfix.graph.export import export_model
 from graphfix.graph.protos import all_nodes, graph_protos
-from graphfix.graph.rewire import constant_value
-from graphfix.graph.skeleton import MAX_ELEMENTS
+from graphfix.graph.rewire import constant_value, replace_in
+from graphfix.graph.skeleton import MAX_ELEMENTS, skeleton
 from graphfix.graph.walk import all_graphs, tensor_map
 
 
@@ -201,3 +201,38 @@ def node_proto(node: gs.Node) -> onnx.NodeProto:
     return helper.make_node(node.op, [t.name for t in node.inputs],
                             [t.name for t in node.outputs], name=node.name,
                             domain=node.domain or None, **attrs)
+
+
+def light_model(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, gs.Constant]]:
+    """The graph as a model for an ONNX tool that rewrites whole models (the version
+    converter, the inliner), and the large constants kept out of it.
+
+    `skeleton` turns main-graph initializers over its size limit into typed graph
+    inputs; such tools never read weights of that size (the converter's adapters read
+    small constant inputs such as axes, splits and scales). `adopt` puts them back.
+    """
+    model = export(graph)
+    light = skeleton(model)
+    listed = {vi.name for vi in model.graph.input}
+    moved = {vi.name for vi in light.graph.input} - listed
+    constants = graph.tensors()
+    return light, {name: constants[name] for name in moved}
+
+
+def adopt(graph: gs.Graph, new: gs.Graph, large: dict[str, gs.Constant]) -> None:
+    """Move `new`'s contents (imported from a `light_model` a tool rewrote) into `graph`;
+    the large constants come back as the same objects."""
+    inputs = []
+    for t in new.inputs:
+        original = large.get(t.name)
+        if original is None:
+            inputs.append(t)
+            continue
+        for reader in list(t.outputs):
+            replace_in(reader.inputs, t, original)
+    moved = {id(t) for t in new.inputs if t.name in large}
+    graph.nodes = new.nodes
+    graph.inputs = inputs
+    graph.outputs = [large[t.name] if id(t) in moved else t for t in new.outputs]
+    graph.opset = new.opset
+    graph.import_domains = new.import_domains

@@ -42,10 +42,9 @@ import onnx_graphsurgeon as gs
 from onnx import version_converter
 
 from graphfix.errors import GraphfixError
-from graphfix.graph import all_graphs, is_onnx, node_label, opset_of, replace_in, to_graph
-from graphfix.graph.convert import export
+from graphfix.graph import all_graphs, is_onnx, node_label, opset_of, to_graph
+from graphfix.graph.convert import adopt, light_model
 from graphfix.graph.protos import all_nodes
-from graphfix.graph.skeleton import skeleton
 from graphfix.passes._opset_hold import (
     adapterless_op,
     hold,
@@ -106,7 +105,7 @@ class Opset(Pass):
             result.notes.append(Note("graph", f"it is already at opset {target}"))
             return result
         result.notes.extend(_other_domains(graph))
-        model, large = _export(graph)
+        model, large = light_model(graph)
         held = plugin_holds(graph)
         while True:  # each round holds one more op the converter has no adapter for
             hold(model, held)
@@ -122,7 +121,7 @@ class Opset(Pass):
                 held.update(more)
         release(converted, held)
         result.notes.extend(_repair(converted, target))
-        _replace_contents(graph, to_graph(converted), large)
+        adopt(graph, to_graph(converted), large)
         result.counts[f"converted opset {current} to opset {target}"] += 1
         result.changed = True
         return result
@@ -185,39 +184,6 @@ def _other_domains(graph: gs.Graph) -> list[Note]:
              + "): the converter changes only the default ONNX domain")
         for domain, ops in sorted(used.items())
     ]
-
-
-def _export(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, gs.Constant]]:
-    """The graph as a model for the converter, and the large constants kept out of it.
-
-    `skeleton` turns main-graph initializers over its size limit into typed graph
-    inputs; the converter never reads weights of that size (its adapters read
-    small constant inputs such as axes, splits and scales).
-    """
-    model = export(graph)
-    light = skeleton(model)
-    listed = {vi.name for vi in model.graph.input}
-    moved = {vi.name for vi in light.graph.input} - listed
-    constants = graph.tensors()
-    return light, {name: constants[name] for name in moved}
-
-
-def _replace_contents(graph: gs.Graph, new: gs.Graph, large: dict[str, gs.Constant]) -> None:
-    """Move `new`'s contents into `graph`; large constants come back as the same objects."""
-    inputs = []
-    for t in new.inputs:
-        original = large.get(t.name)
-        if original is None:
-            inputs.append(t)
-            continue
-        for reader in list(t.outputs):
-            replace_in(reader.inputs, t, original)
-    moved = {id(t) for t in new.inputs if t.name in large}
-    graph.nodes = new.nodes
-    graph.inputs = inputs
-    graph.outputs = [large[t.name] if id(t) in moved else t for t in new.outputs]
-    graph.opset = new.opset
-    graph.import_domains = new.import_domains
 
 
 def _failure(graph: gs.Graph, current: int, target: int, err: Exception,

@@ -19,6 +19,7 @@ from graphfix.passes.defaults import DEFAULT_PIPELINE as _DEFAULT
 
 _LISTED: tuple[tuple[str, str], ...] = (  # (name, module:class) in the order passes are shown
     ("cleanup", "cleanup:Cleanup"),
+    ("inline-functions", "inline_functions:InlineFunctions"),
     ("fold-constants", "fold_constants:FoldConstants"),
     ("fold-reshape-targets", "fold_reshape_targets:FoldReshapeTargets"),
     ("fold-bn", "fold_bn:FoldBatchNorm"),
@@ -121,10 +122,12 @@ class Preset:
 PRESETS: tuple[Preset, ...] = (
     Preset(
         "trt-prep",
-        "Make Conv -> bias -> activation chains fusible for TensorRT: unfuse contrib ops, "
+        "Make Conv -> bias -> activation chains fusible for TensorRT: inline local "
+        "functions, unfuse contrib ops, "
         "remove no-ops, fold BatchNorm/Mul/Add/Pad into convs, normalize activations, "
         "share repeated constants and expressions.",
         (
+            "inline-functions",
             "cleanup",
             "fold-constants",
             "fold-reshape-targets",
