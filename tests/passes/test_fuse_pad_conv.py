@@ -149,6 +149,22 @@ def test_fp16_pad_into_conv():
     assert {i.data_type for i in out.graph.initializer} == {fp16}
 
 
+def test_pad_into_conv_with_auto_pad_valid():
+    # HF EfficientNet: ZeroPad2d((0, 1, 0, 1)) before a 'valid' stride-2 Conv. VALID is no
+    # padding at all, so the Pad becomes the Conv's explicit pads and auto_pad NOTSET.
+    model = parse(_header(17) + f"""
+    g (float[1,4,16,16] x) => (float[1,8,8,8] y)
+      <int64[8] p = {{0, 0, 0, 0, 0, 0, 1, 1}}, float zero = {{0.0}},
+       float[8,4,3,3] w = {_weights([8, 4, 3, 3])}> {{
+        t = Pad(x, p, zero)
+        y = Conv <auto_pad = "VALID", kernel_shape = [3, 3], strides = [2, 2]> (t, w)
+    }}""")
+    out = _folds(model, ["Conv"], {CONV: 1})
+    assert _attr(out, "Conv", "pads") == [0, 0, 1, 1]
+    assert _attr(out, "Conv", "auto_pad") in (None, b"NOTSET")
+    assert list(out.graph.node[0].input) == ["x", "w"]
+
+
 def test_folds_inside_if_branches():
     model = parse(_header(17) + f"""
     g (bool c, float[1,2,5,5] x) => (float[1,2,5,5] y)
@@ -209,6 +225,14 @@ def test_pad_into_dilated_average_pool_at_opset_19():
     }""")
     out = _folds(model, ["AveragePool"], {POOL: 1})
     assert _attr(out, "AveragePool", "pads") == [1, 2, 2, 1]
+
+
+def test_pad_into_average_pool_with_auto_pad_valid():
+    model = _pool_model('kernel_shape = [3, 3], strides = [2, 2], auto_pad = "VALID"', size=7)
+    out = _folds(model, ["AveragePool"], {POOL: 1})
+    assert _attr(out, "AveragePool", "pads") == [1, 1, 1, 1]
+    assert _attr(out, "AveragePool", "count_include_pad") == 1
+    assert _attr(out, "AveragePool", "auto_pad") in (None, b"NOTSET")
 
 
 def test_pool_whose_pads_would_reach_its_kernel_is_skipped():
@@ -336,7 +360,22 @@ SKIPS = {
         _conv_skip("t = Pad(x, p)", conv_attrs='auto_pad = "SAME_UPPER"'),
         "the Conv has auto_pad=SAME_UPPER, which computes its own pads",
     ),
+    "auto-pad-same-lower": (
+        _conv_skip("t = Pad(x, p)", conv_attrs='auto_pad = "SAME_LOWER"'),
+        "the Conv has auto_pad=SAME_LOWER, which computes its own pads",
+    ),
 }
+
+# ONNX forbids pads beside auto_pad (onnx.checker does not catch it; onnxruntime refuses
+# the Conv), so the pass leaves such a Conv alone, even with pads all zero.
+SKIPS["auto-pad-valid-with-pads"] = (
+    _conv_skip("t = Pad(x, p)", conv_attrs='auto_pad = "VALID", pads = [1, 0, 0, 0]'),
+    "the Conv has auto_pad=VALID and also pads [1, 0, 0, 0], which ONNX does not allow together",
+)
+SKIPS["auto-pad-valid-with-zero-pads"] = (
+    _conv_skip("t = Pad(x, p)", conv_attrs='auto_pad = "VALID", pads = [0, 0, 0, 0]'),
+    "the Conv has auto_pad=VALID and also pads [0, 0, 0, 0], which ONNX does not allow together",
+)
 
 
 @pytest.mark.parametrize("case", sorted(SKIPS))

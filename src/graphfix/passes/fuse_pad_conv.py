@@ -14,13 +14,18 @@ its pad cells (count_include_pad=1). That equals the original when the pool
 counted its own pads already (c=1) or had none (all p, q zero: c did not matter
 before); a pool with own pads and c=0 cannot mix both and is skipped.
 
+auto_pad=VALID means no implicit padding, the same as NOTSET with zero pads, so
+it folds too: the consumer gets the Pad's pads explicitly and auto_pad=NOTSET.
+
 Skipped, with a note: MaxPool (its pads act as -inf, so zeros are not the same
 wherever inputs are negative); Pad in reflect/edge/wrap mode or with a non-zero
 or non-constant value; non-constant pads or axes; negative pads (a crop); pads
 on the batch or channel axis; a Pad output that is a graph output or has another
-reader; a consumer with auto_pad other than NOTSET, reading the Pad at another
-input, or (pools) with ceil_mode=1, whose last window is placed differently once
-the padding is implicit (onnxruntime then drops a last window that starts in the
+reader; a consumer with auto_pad SAME_UPPER or SAME_LOWER (whose implicit pads
+depend on the input size), or with auto_pad=VALID together with a pads
+attribute (ONNX forbids the pair); a consumer reading the Pad at another input, or
+(pools) with ceil_mode=1, whose last window is placed differently once the
+padding is implicit (onnxruntime then drops a last window that starts in the
 pool's own padding); a pool whose summed pads would not all be smaller than its
 kernel (onnxruntime refuses such a pool). Pad opsets 2 (attributes), 11/13 (pads
 and value as inputs) and 18+ (optional constant `axes` input) are handled.
@@ -71,6 +76,8 @@ class FusePadConv(Pass):
     opset-2 form (mode/pads/value attributes), the opset-11 form (pads and
     optional constant_value inputs) or the opset-18 form with an optional
     constant `axes` input (negative axes resolved against the consumer's rank).
+    A consumer with auto_pad=VALID (no implicit padding) folds like one with zero
+    pads and is left with explicit pads and auto_pad=NOTSET.
 
     Every Pad that is not folded gets a note saying why (see the module docstring).
     """
@@ -155,9 +162,8 @@ def _consumer(g: gs.Graph, pad: gs.Node) -> gs.Node | str:
         return f"it feeds {node_label(node)} at another input than the data input"
     if node.op == "MaxPool":
         return MAXPOOL
-    auto_pad = node.attrs.get("auto_pad", "NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
-    if auto_pad not in ("NOTSET", ""):
+    auto_pad = _auto_pad(node)
+    if auto_pad not in ("NOTSET", "VALID"):
         return f"the {node.op} has auto_pad={auto_pad}, which computes its own pads"
     if int(node.attrs.get("ceil_mode", 0)):
         return (
@@ -165,6 +171,13 @@ def _consumer(g: gs.Graph, pad: gs.Node) -> gs.Node | str:
             "once the padding is its own"
         )
     return node
+
+
+def _auto_pad(node: gs.Node) -> str:
+    """The node's auto_pad, with the empty string (an unset attribute) read as NOTSET."""
+    auto_pad = node.attrs.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    return auto_pad or "NOTSET"
 
 
 def _spatial_pads(pad: gs.Node, consumer: gs.Node, opset: int) -> np.ndarray | str:
@@ -238,10 +251,20 @@ def _optional(node: gs.Node, index: int) -> gs.Tensor | None:
 
 def _plan(consumer: gs.Node, spatial: np.ndarray) -> _Fold | str:
     own = consumer.attrs.get("pads")
+    attrs = {}
+    if _auto_pad(consumer) == "VALID":
+        # VALID is "no padding": the same as NOTSET with zero pads, so the Pad's pads
+        # become the consumer's explicit pads. ONNX forbids pads beside auto_pad
+        # (onnxruntime refuses such a Conv), so that node is left as it is.
+        if own is not None:
+            return (
+                f"the {consumer.op} has auto_pad=VALID and also pads {list(own)}, "
+                "which ONNX does not allow together"
+            )
+        attrs["auto_pad"] = "NOTSET"
     own = np.zeros(spatial.size, dtype=np.int64) if own is None else np.asarray(own, np.int64)
     if own.size != spatial.size:
         return f"the {consumer.op} has {own.size} pads where {spatial.size} are needed"
-    attrs = {}
     if consumer.op == "AveragePool" and not int(consumer.attrs.get("count_include_pad", 0)):
         if np.any(own):
             return (
