@@ -8,7 +8,7 @@ import numpy as np
 from onnx import TensorProto
 
 from graphfix.doctor.findings import ERROR, WARN, Finding
-from graphfix.doctor.view import ModelView
+from graphfix.doctor.view import ModelView, NodeRef
 from graphfix.trt import TrtTarget, native_nms_from, parser_behaviour_notes
 
 # Ops whose output shape depends on the input values, not only on input shapes
@@ -135,17 +135,46 @@ def _bound_fix(op: str) -> str:
 
 
 def _clamping_keeps_meaning(view: ModelView, name: str) -> bool:
-    """Read only where clamping to +-INT_MAX keeps the meaning: Slice starts/ends ("from
-    the start"/"to the end": every dimension is below 2**31) and NonMaxSuppression's
-    max_output_boxes_per_class, which the parser clamps to INT32_MAX itself (nms_notes.md:
-    "so torchvision's sys.maxsize works")."""
+    """Read only where clamping to +-INT_MAX keeps the meaning. TensorRT <= 8.6 casts
+    INT64 down to INT32, "clamping values to +-INT_MAX" (trt/onnx_trt_operators.json:
+    parser_behaviour_notes["INT64"] and the 8.6 operators.md note). Exempt readers:
+
+    - Slice starts/ends ("from the start"/"to the end": every dimension is below 2**31);
+    - NonMaxSuppression's max_output_boxes_per_class, which the parser clamps to
+      INT32_MAX itself (nms_notes.md: "so torchvision's sys.maxsize works");
+    - a Loop's trip count M holding exactly INT64_MAX, on a Loop with a `cond` input
+      (`_unbounded_trip_count`).
+    """
     readers = view.consumers.get(name, [])
     return bool(readers) and all(
         (r.op == "Slice" and all(r.input(i) != name for i in (0, 3, 4))
          and name in (r.input(1), r.input(2)))
         or (r.op == "NonMaxSuppression" and r.input(2) == name
             and name not in (r.input(0), r.input(1), r.input(3), r.input(4)))
+        or _unbounded_trip_count(view, r, name)
         for r in readers)
+
+
+def _unbounded_trip_count(view: ModelView, ref: NodeRef, name: str) -> bool:
+    """Whether `name` is `ref`'s Loop trip count M as the "no limit" sentinel INT64_MAX
+    (what torch.onnx writes for every scripted `while` loop), on a Loop that also has a
+    `cond` input and reads `name` nowhere else.
+
+    Clamped, M becomes INT32_MAX. The two loops agree whenever the condition turns
+    false within 2**31 - 1 iterations, and the sentinel says just that: "no trip limit,
+    the condition ends it". That a while loop never needs 2**31 iterations is an
+    assumption, not a proof (such a TensorRT loop would not finish in any useful time),
+    so only the sentinel is exempt: any other value above INT32_MAX is a limit someone
+    chose, which the clamp would move, and a Loop without a `cond` input runs exactly
+    M iterations, which the clamp would cut short.
+    """
+    if ref.op != "Loop" or not ref.standard or ref.input(0) != name or not ref.input(1):
+        return False
+    if name in ref.node.input[1:]:
+        return False
+    value = view.value(name)
+    return (value is not None and value.size == 1
+            and int(value.reshape(-1)[0]) == np.iinfo(np.int64).max)
 
 
 def int64_values(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
