@@ -706,3 +706,90 @@ def test_nonzero_of_bool_reads_float():
     finding, = [f for f in diagnose(model, parse_target("10.16")).findings
                 if f.rule == "dtype-unsupported"]
     assert finding.fix.startswith("lower-unsupported")
+
+
+# ----------------------------------------------------------------------------- FP16/BF16 fills
+
+
+def _float_fill(value: float, elem: int = F16, io: int = F16, opset: int = 13):
+    """y = x + ConstantOfShape(Shape(x)){value: `elem`} (a fp16 YOLOv8 head with a
+    dynamic batch, probe3 D6), x and y of type `io` (a Cast in between where they differ)."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("ConstantOfShape", ["s"], ["f"], name="fill",
+                              value=helper.make_tensor("v", elem, [1], [value]))]
+    if io != elem:
+        nodes.append(helper.make_node("Cast", ["f"], ["c"], name="cast", to=io))
+    nodes.append(helper.make_node("Add", ["x", nodes[-1].output[0]], ["y"], name="add"))
+    return _model(nodes, [_vi("x", ["N", 4], io)], [_vi("y", ["N", 4], io)], opset=opset)
+
+
+def _fill_of(model: onnx.ModelProto) -> onnx.TensorProto:
+    return next(n for n in model.graph.node if n.op_type == "ConstantOfShape").attribute[0].t
+
+
+# fp16 values that are not "round" in fp32: 0.1 rounded to fp16, the largest, the
+# smallest subnormal, -0 and an infinity; each is an fp32 value, so the Cast back is exact
+FP16_FILLS = [1.5, float(np.float16(0.1)), 65504.0, float(np.float16(2**-24)), -0.0,
+              float("-inf")]
+
+
+@pytest.mark.parametrize("trt", ["8.0", "8.6", "10.0"])
+@pytest.mark.parametrize("value", FP16_FILLS)
+def test_an_fp16_constant_of_shape_is_filled_in_fp32_where_the_table_lists_fp32_only(
+        trt, value):
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float16)
+    out = _lowers(_float_fill(value), trt, ["Shape", "ConstantOfShape", "Cast", "Add"],
+                  {FILL_KEY: 1}, feed_sets=[{"x": x}], rtol=0, atol=0)
+    fill = _fill_of(out)
+    assert fill.data_type == F
+    np.testing.assert_array_equal(numpy_helper.to_array(fill),
+                                  np.array([value], np.float16).astype(np.float32))
+    cast = next(n for n in out.graph.node if n.op_type == "Cast")
+    assert helper.get_attribute_value(cast.attribute[0]) == F16
+    assert list(cast.output) == ["f"]  # the fill's tensor keeps its name and type
+
+
+def test_a_bf16_constant_of_shape_is_filled_in_fp32_where_cast_lists_bf16():
+    """ConstantOfShape takes BF16 from opset 20; TensorRT 10.0 parses opset 20, lists
+    ConstantOfShape for FP32 only and Cast for BF16."""
+    model = _float_fill(1.5 + 2**-7, elem=TensorProto.BFLOAT16, io=F, opset=20)
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    out = _lowers(model, "10.0", ["Shape", "ConstantOfShape", "Cast", "Cast", "Add"],
+                  {FILL_KEY: 1}, feed_sets=[{"x": x}], rtol=0, atol=0)
+    assert _fill_of(out).data_type == F
+    np.testing.assert_array_equal(run_model(out, {"x": x})["y"], x + np.float32(1.5 + 2**-7))
+
+
+def test_a_bf16_fill_is_left_where_cast_does_not_list_bf16():
+    model = _float_fill(1.5, elem=TensorProto.BFLOAT16, io=F, opset=20)
+    why = ("TensorRT 8.6 lists ConstantOfShape for FP32 only, not BF16, and it cannot be "
+           "computed in float32 here: TensorRT 8.6 lists Cast without BF16, so an FP32 fill "
+           "cannot be cast back")
+    _stays(model, "8.6", [("ConstantOfShape 'fill'", why), _opset_note(20, "8.6")])
+    finding, = [f for f in diagnose(model, parse_target("8.6")).findings
+                if f.rule == "dtype-unsupported" and f.op == "ConstantOfShape"]
+    assert finding.fix == ("TensorRT 8.6 lists Cast without BF16, so an FP32 fill cannot be "
+                           "cast back: export this fill (and what reads it) in FP32, or "
+                           "target a TensorRT version that lists ConstantOfShape for BF16")
+
+
+def test_fp16_fills_the_row_lists_are_left_alone():
+    for trt in ("10.1", "10.16"):
+        _stays(_float_fill(1.5), trt, [("graph", f"no node to lower for TensorRT {trt}")])
+
+
+def test_doctor_names_the_pass_for_an_fp16_fill_and_run_for_8_6_clears_it():
+    """probe3 D6: the fix named no pass and asked to Cast an input the node does not have."""
+    model, target = _float_fill(1.5), parse_target("8.6")
+    finding, = [f for f in diagnose(model, target).findings if f.severity == "error"]
+    assert (finding.rule, finding.nodes) == ("dtype-unsupported", ("ConstantOfShape 'fill'",))
+    assert finding.fix == ("lower-unsupported (the default --trt pipeline runs it) fills in "
+                           "FP32 and Casts the result to FP16, exactly (FP32 holds every FP16 "
+                           "value)")
+    result = api_run(model, trt="8.6", input_shapes={"x": [3, 4]})
+    assert [f for f in result.diagnosis.findings if f.severity == "error"] == []
+    assert ops(result.model) == ["Shape", "ConstantOfShape", "Cast", "Add"]
+    x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float16)
+    assert_same_outputs(model, result.model, {"x": x}, rtol=0, atol=0)
+    again = api_run(result.model, trt="8.6", input_shapes={"x": [3, 4]})
+    assert onnx.printer.to_text(again.model.graph) == onnx.printer.to_text(result.model.graph)

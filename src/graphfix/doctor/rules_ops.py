@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from graphfix.doctor.findings import ERROR, WARN, Finding
 from graphfix.doctor.rules_plugins import handles as plugin_handles
 from graphfix.doctor.view import ModelView, NodeRef
-from graphfix.plugins.retype import retypes
+from graphfix.plugins.retype import FLOAT_FILLS, float_fill_refusal, retypes
 from graphfix.trt import OpSupport, TrtTarget, documented_versions, parse_target
 
 # Ops whose first input is not the tensor the Types column describes: the input to read.
@@ -110,7 +110,7 @@ def dtype_support(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
             f"lists {op} for {listed} only",
             nodes=tuple(r.label for r in refs), tensors=tuple(
                 _typed_tensor(r) for r in refs), op=op, fact=fact,
-            fix=_dtype_fix(type_name, op, listed),
+            fix=_dtype_fix(type_name, op, listed, target),
         )
 
 
@@ -123,17 +123,31 @@ def _typed_tensor(ref: NodeRef) -> str:
     return ref.input(index)
 
 
-def _dtype_fix(type_name: str, op: str, listed: str) -> str:
+def _dtype_fix(type_name: str, op: str, listed: str, target: TrtTarget) -> str:
     """`listed`: the types the table lists for `op`, as "FP32, INT32"."""
     if op == "DequantizeLinear" and type_name == "INT32":
         return ("keep biases in float: store the dequantized bias as a float initializer "
                 "(TensorRT quantizes biases itself; graphfix calibrate puts no Q/DQ on bias)")
+    if op == "ConstantOfShape" and type_name in FLOAT_FILLS:
+        return _float_fill_fix(type_name, target)
     fix = _cast_fix(type_name, op, listed)
     if retypes(op, type_name):
         return (f"lower-unsupported (the default --trt pipeline runs it) computes {op} in "
                 "FP32 where that is exact (a ConstantOfShape value FP32 holds; sums and "
                 f"extrema of a BOOL tensor cast to an integer type; NonZero); elsewhere: {fix}")
     return fix
+
+
+def _float_fill_fix(type_name: str, target: TrtTarget) -> str:
+    """An FP16/BF16 ConstantOfShape: its only input is the shape, the type is its `value`,
+    so there is nothing to Cast before it; lower-unsupported fills in FP32 and casts after
+    (`graphfix.plugins.retype`) where the target's Cast row lists the type."""
+    refused = float_fill_refusal(target, type_name)
+    if refused:
+        return (f"{refused}: export this fill (and what reads it) in FP32, or target a "
+                f"TensorRT version that lists ConstantOfShape for {type_name}")
+    return ("lower-unsupported (the default --trt pipeline runs it) fills in FP32 and "
+            f"Casts the result to {type_name}, exactly (FP32 holds every {type_name} value)")
 
 
 def _cast_fix(type_name: str, op: str, listed: str) -> str:

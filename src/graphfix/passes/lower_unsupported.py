@@ -16,7 +16,8 @@ A node the target parses, but not on its integer or BOOL type (CumSum and NonZer
 every table; ConstantOfShape up to 10.0; ReduceSum up to 10.0), is computed in float32
 (and cast back) where that is exact (`graphfix.plugins.retype`: a fill float32 holds,
 sums and extrema of BOOL values, NonZero), else left with a note saying why the float
-result could differ.
+result could differ. So is a ConstantOfShape with an FP16 or BF16 value up to 10.0
+(every such value is a float32 one), where the target's Cast row lists that type.
 
 ReduceX ops whose axes come as an input are not rewritten here. Axes moved from an
 attribute to an input in the opset where the schema says so (ReduceSum 13, the others
@@ -56,7 +57,13 @@ from graphfix.plugins.lowering import (
     parses,
     unavailable,
 )
-from graphfix.plugins.retype import RETYPES, retypes, typed_dtype
+from graphfix.plugins.retype import (
+    FLOAT_FILLS,
+    RETYPES,
+    float_fill_refusal,
+    retypes,
+    typed_dtype,
+)
 from graphfix.plugins.rules import Rule
 
 REDUCE_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
@@ -102,7 +109,9 @@ class LowerUnsupported(Pass):
 
     Also computes CumSum, ReduceSum/Max/Min/Prod, NonZero and ConstantOfShape in float32
     where the target lists only float types for them and that is exact (RoBERTa's
-    position ids, T5's bucket clamp, Mask2Former's mask counts, detectors' NonZero).
+    position ids, T5's bucket clamp, Mask2Former's mask counts, detectors' NonZero), and
+    an FP16/BF16 ConstantOfShape where the target lists it for FP32 only (fp16 YOLOv8
+    heads with a dynamic batch).
 
     Handles any LayerNormalization axis (a positive one needs the input's rank),
     stash_type (Cast in and out when it differs from the input type), an absent bias,
@@ -221,9 +230,11 @@ def _retype(node: gs.Node, env: Env, target) -> _Plan | str | None:
         return None
     unlisted = target.unlisted_type(node.op, elem)
     if unlisted is None or not retypes(node.op, unlisted):
-        return None  # a listed type, or a float one (doctor's cast-down warning)
+        return None  # a listed type, or one without a planner (DOUBLE: doctor's cast-down)
     why = (f"{target.label()} lists {node.op} for {', '.join(row.types)} only, "
            f"not {unlisted}")
+    if unlisted in FLOAT_FILLS and (refused := float_fill_refusal(target, unlisted)):
+        return f"{why}, and it cannot be computed in float32 here: {refused}"
     planned = RETYPES[node.op](node, env)
     if isinstance(planned, str):
         return f"{why}, and it cannot be computed in float32 exactly: {planned}"

@@ -1,14 +1,20 @@
-"""Dtype lowerings: ops a TensorRT target parses only on float types, computed in float
-where that gives exactly the integer result.
+"""Dtype lowerings: ops a TensorRT target parses only on some float types, computed in
+float32 where that gives exactly the same result.
 
-A target's table can support an op and still not list the integer type a node computes
-it on (TensorRT 10.16: CumSum and NonZero for float types only; 8.6 and 10.0:
-ConstantOfShape for FP32 only, ReduceSum for FP32 and FP16). Where the float computation
-is exact, the node is computed in float32 and cast back::
+A target's table can support an op and still not list the type a node computes
+it on (TensorRT 10.16: CumSum and NonZero for float types only; 8.0 to 10.0:
+ConstantOfShape for FP32 only, so neither integer nor FP16/BF16 fills; ReduceSum for FP32
+and FP16). Where the float32 computation is exact, the node is computed in float32 and
+cast back::
 
     ConstantOfShape(shape){value = v: an integer or BOOL}
         = Cast<T>(ConstantOfShape(shape){value = float32(v)})
         exact: v is an integer within +-2^24 (or 0/1), which float32 holds exactly
+    ConstantOfShape(shape){value = v: FP16 or BF16}
+        = Cast<T>(ConstantOfShape(shape){value = float32(v)})
+        exact: float32 holds every FP16 and BF16 value (infinities and NaN too), and
+        the Cast back rounds nothing; only where the target's Cast row lists T
+        (`float_fill_refusal`: BF16 needs 9.0 or newer)
     Op(x: an integer type, ...){...},  x = Cast<integer>(b), b BOOL,
     Op one of CumSum, ReduceSum, ReduceMax, ReduceMin, ReduceProd
         = Cast<T>(Op(Cast<float32>(b), ...){...})
@@ -34,14 +40,19 @@ from collections.abc import Callable
 
 import numpy as np
 import onnx_graphsurgeon as gs
-from onnx import helper
+from onnx import TensorProto, helper
 
 from graphfix.graph import constant_value
 from graphfix.graph.dtypes import known_dtype
 from graphfix.plugins.lowering import Builder, Emit, Env
+from graphfix.trt import TrtTarget
 
 EXACT_INTEGERS = 2**24
 """float32 holds every integer of magnitude up to this exactly."""
+
+FLOAT_FILLS = {"FP16": TensorProto.FLOAT16, "BF16": TensorProto.BFLOAT16}
+"""The table's names of the float types a ConstantOfShape value can be lowered from
+(float32 holds each of their values exactly), with their ONNX element types."""
 
 
 def typed_dtype(node: gs.Node) -> np.dtype | None:
@@ -67,6 +78,8 @@ def _constant_of_shape(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
         fill = np.float32(bool(v))
     elif np.issubdtype(v.dtype, np.integer) and abs(int(v)) <= EXACT_INTEGERS:
         fill = np.float32(int(v))
+    elif v.dtype.name in ("float16", "bfloat16"):  # bfloat16: ml_dtypes, onnx's own
+        fill = v.astype(np.float32)
     else:
         return (f"its value {v.item()!r} ({v.dtype}) is not an integer float32 holds "
                 f"exactly (|v| <= 2^24) or a BOOL")
@@ -146,9 +159,27 @@ def _nonzero(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
 
 
 def retypes(op: str, type_name: str) -> bool:
-    """Whether `RETYPES` has a planner for `op` on the table's type `type_name` (an
-    integer or BOOL one: `TrtTarget.unlisted_type`'s names)."""
-    return op in RETYPES and type_name.startswith(("INT", "UINT", "BOOL"))
+    """Whether `RETYPES` has a planner for `op` on the table's type `type_name`
+    (`TrtTarget.unlisted_type`'s names): an integer or BOOL one, or for ConstantOfShape
+    also FP16 and BF16 (a fill; a float sum or NonZero computed wider would not be the
+    same computation)."""
+    if op not in RETYPES:
+        return False
+    return type_name.startswith(("INT", "UINT", "BOOL")) or (
+        op == "ConstantOfShape" and type_name in FLOAT_FILLS)
+
+
+def float_fill_refusal(target: TrtTarget, type_name: str) -> str:
+    """Why `target` cannot take an FP16/BF16 (`type_name`) ConstantOfShape as an FP32 one
+    and a Cast back, "" when it can: its ConstantOfShape row must list FP32 and its Cast
+    row `type_name` (8.x lists Cast without BF16: BF16 came with 9.0, parser notes
+    "BF16_FP8" in trt/onnx_trt_operators.json)."""
+    if target.unlisted_type("ConstantOfShape", TensorProto.FLOAT) is not None:
+        return f"{target.label()} lists ConstantOfShape without FP32 as well"
+    if target.unlisted_type("Cast", FLOAT_FILLS[type_name]) is not None:
+        return (f"{target.label()} lists Cast without {type_name}, so an FP32 fill cannot be "
+                "cast back")
+    return ""
 
 
 RETYPES: dict[str, Callable[[gs.Node, Env], tuple[Emit, str] | str]] = {
