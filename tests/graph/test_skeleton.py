@@ -54,3 +54,34 @@ def test_the_model_is_not_modified():
     before = model.SerializeToString()
     skeleton(model)
     assert model.SerializeToString() == before
+
+
+def _branch_weights_model() -> onnx.ModelProto:
+    """An If whose branches each hold a large weight (a torch.cond export's, once
+    exported per body)."""
+    def branch(name):
+        w = numpy_helper.from_array(np.ones((64, 64), np.float32), f"w{name}")
+        return helper.make_graph([helper.make_node("MatMul", ["x", f"w{name}"], [f"y{name}"])],
+                                 name, [], [helper.make_tensor_value_info(
+                                     f"y{name}", TensorProto.FLOAT, [1, 64])], [w])
+    g = helper.make_graph(
+        [helper.make_node("If", ["p"], ["y"], then_branch=branch("t"),
+                          else_branch=branch("e"))], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64]),
+         helper.make_tensor_value_info("p", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_large_weights_of_bodies_become_main_graph_inputs():
+    """onnx.checker reads a body's external-data weight relative to the working directory;
+    the skeleton has none left for it to read."""
+    model = _branch_weights_model()
+    sk = skeleton(model)
+    assert sorted(i.name for i in sk.graph.input) == ["p", "we", "wt", "x"]
+    assert [len(a.g.initializer) for a in sk.graph.node[0].attribute] == [0, 0]
+    assert sk.ByteSize() < 1000
+    onnx.checker.check_model(sk)
+    inferred = onnx.shape_inference.infer_shapes(sk, strict_mode=True, data_prop=True)
+    assert [d.dim_value for d in inferred.graph.output[0].type.tensor_type.shape.dim] == [1, 64]
+    assert [len(a.g.initializer) for a in model.graph.node[0].attribute] == [1, 1]  # untouched

@@ -358,3 +358,43 @@ def test_a_plugin_node_in_the_default_domain_is_held_out_of_the_conversion():
     assert [(n.op, n.domain or "") for n in graph.nodes] == [
         ("Split", ""), ("MyPlugin_TRT", ""), ("Add", "")]
     assert {d.domain for d in graph.import_domains or ()} <= {""}
+
+
+def test_branch_weights_in_external_data_convert_from_another_directory(tmp_path,
+                                                                        monkeypatch):
+    """torch.cond's dynamo export: top-level weights read only inside If branches, in a
+    .data file. The opset pass was rolled back when run from another directory:
+    onnx.checker read the branch weights relative to it."""
+    import graphfix
+
+    rng = np.random.default_rng(0)
+
+    def branch(name):
+        return helper.make_graph([helper.make_node("MatMul", ["x", f"w{name}"], [f"y{name}"])],
+                                 name, [], [helper.make_tensor_value_info(
+                                     f"y{name}", TensorProto.FLOAT, [1, 64])])
+    g = helper.make_graph(
+        [helper.make_node("ReduceMean", ["x"], ["m"], keepdims=0),
+         helper.make_node("Greater", ["m", "zero"], ["p"]),
+         helper.make_node("If", ["p"], ["y"], then_branch=branch("t"),
+                          else_branch=branch("e"))], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+        [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+         numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "wt"),
+         numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "we")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    src = tmp_path / "model" / "m.onnx"
+    src.parent.mkdir()
+    onnx.save(model, src, save_as_external_data=True, location="m.onnx.data", size_threshold=0)
+    reference = onnx.load(src)  # the weights read back (save moved them out of `model`)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    result = graphfix.run(str(src), passes="opset{version=17}", check=True)
+    (record,) = result.report.passes
+    assert record.status == APPLIED, record.rollback_reason
+    assert _opsets(result.model) == {"": 17}
+    onnx.checker.check_model(result.model)
+    for x in (np.full((1, 64), 1.0, np.float32), np.full((1, 64), -1.0, np.float32)):
+        assert_same_outputs(reference, result.model, {"x": x})

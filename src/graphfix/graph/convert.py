@@ -215,22 +215,26 @@ def light_model(graph: gs.Graph) -> tuple[onnx.ModelProto, dict[str, gs.Constant
     light = skeleton(model)
     listed = {vi.name for vi in model.graph.input}
     moved = {vi.name for vi in light.graph.input} - listed
-    constants = graph.tensors()
+    constants = {name: t for g in all_graphs(graph) for name, t in tensor_map(g).items()
+                 if name in moved and isinstance(t, gs.Constant)}  # bodies' too
     return light, {name: constants[name] for name in moved}
 
 
 def adopt(graph: gs.Graph, new: gs.Graph, large: dict[str, gs.Constant]) -> None:
     """Move `new`'s contents (imported from a `light_model` a tool rewrote) into `graph`;
-    the large constants come back as the same objects."""
-    inputs = []
-    for t in new.inputs:
-        original = large.get(t.name)
-        if original is None:
-            inputs.append(t)
-            continue
-        for reader in list(t.outputs):
-            replace_in(reader.inputs, t, original)
-    moved = {id(t) for t in new.inputs if t.name in large}
+    the large constants come back as the same objects, for every reader: If/Loop/Scan
+    bodies read them from the outer scope too (a torch.cond export's branch weights),
+    and a body still reading the stand-in input would get the weight as its own
+    initializer at export."""
+    inputs = [t for t in new.inputs if t.name not in large]
+    standins = {id(t): large[t.name] for t in new.inputs if t.name in large}
+    if standins:
+        for g in all_graphs(new):
+            for node in g.nodes:
+                for t in list(node.inputs):
+                    if id(t) in standins:
+                        replace_in(node.inputs, t, standins[id(t)])
+    moved = set(standins)
     graph.nodes = new.nodes
     graph.inputs = inputs
     graph.outputs = [large[t.name] if id(t) in moved else t for t in new.outputs]

@@ -22,6 +22,7 @@ from onnx import helper
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, dtype_to_onnx
 from onnx_graphsurgeon.ir.tensor import LazyValues, SparseValues
 
+from graphfix.graph.skeleton import lift_body_weights
 from graphfix.graph.walk import tensor_map
 
 
@@ -31,11 +32,14 @@ def export_model(graph: gs.Graph, max_elements: int | None = None) -> onnx.Model
 
     With `max_elements`, what `skeleton.skeleton(export, max_elements)` makes of that,
     without ever copying the large weights: main-graph constants over `max_elements`
-    elements are typed graph inputs instead of initializers (shape inference's input)."""
+    elements are typed graph inputs instead of initializers (shape inference's input);
+    so are those of bodies (`lift_body_weights`, after they were exported: rare)."""
     model = onnx.ModelProto()
     model.ir_version = onnx.IR_VERSION
     domains: set[str | None] = set()
     _fill(model.graph, graph, max_elements, domains)
+    if max_elements is not None:
+        lift_body_weights(model.graph, max_elements)
     model.opset_import.extend(_import_domains(graph, domains))
     model.functions.extend(OnnxExporter.export_function(f) for f in graph.functions)
     model.producer_name = graph.producer_name
