@@ -45,10 +45,12 @@ import onnx_graphsurgeon as gs
 
 from graphfix.calibration._placement import WEIGHTED_OPS, node_key, place
 from graphfix.errors import GraphfixError
-from graphfix.graph import constant_value, fresh_name, opset_of, to_graph, to_model
+from graphfix.graph import constant_value, fresh_name, is_onnx, opset_of, to_graph, to_model
+from graphfix.graph.dtypes import float_dtype
 from graphfix.graph.protos import proto_label, walk_protos
 
-__all__ = ["MIN_SCALE", "QuantPlan", "plan", "quantize", "quantize_weight"]
+__all__ = ["MIN_SCALE", "QuantPlan", "plan", "quantize", "quantize_weight",
+           "require_activations"]
 
 MIN_SCALE = 1e-12
 _QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
@@ -125,6 +127,52 @@ def plan(model: onnx.ModelProto, *, exclude_nodes: Sequence[str] = (),
     activations = tuple(dict.fromkeys(t for t, _, _ in placement.edges))
     return QuantPlan(activations, tuple(placement.weights), tuple(placement.shared),
                      tuple(skipped), tuple(placement.edges))
+
+
+def require_activations(plan: QuantPlan, model: onnx.ModelProto) -> None:
+    """Raise GraphfixError when `plan` (made from `model`) calibrates no tensor: its Q/DQ
+    model would have no Q/DQ node at all. Says why: the model computes in float16 (or
+    another non-float32 type), it has no weighted op in its main graph, or every one
+    was skipped (the first reasons). Does nothing when some tensor is calibrated."""
+    if plan.activations:
+        return
+    weighted = [n for n in to_graph(model).nodes if is_onnx(n, *WEIGHTED_OPS)]
+    ops = "/".join(WEIGHTED_OPS)
+    memo: dict = {}
+    types = [float_dtype(n.inputs[1] if len(n.inputs) > 1 else n.inputs[0], memo)
+             for n in weighted if n.inputs]
+    other = [t for t in types if t is not None and t != np.float32]
+    what = ("no tensor of the model can be calibrated: its INT8 model would have no "
+            "QuantizeLinear/DequantizeLinear node")
+    if other and len(other) == len(weighted):
+        names = ", ".join(sorted({str(t) for t in other}))
+        raise GraphfixError(
+            what,
+            f"the model computes in {names} (every one of its {len(weighted)} {ops} "
+            f"nodes does), and graphfix calibrates FP32 models: it quantizes float32 weights "
+            f"and measures the float32 activations they read",
+            "give calibrate the FP32 model (export it again without converting it to "
+            f"{names}); TensorRT can still run the layers left in float in FP16 when the "
+            "engine is built with FP16 enabled",
+        )
+    if not weighted:
+        inner = f" ({len(plan.skipped)} inside If/Loop/Scan bodies)" if plan.skipped else ""
+        raise GraphfixError(
+            what,
+            f"its main graph has no {ops} node{inner}: graphfix puts Q/DQ on the inputs of "
+            "those ops in the main graph (and of the residual Adds and average pools next "
+            "to them)",
+            "calibrate a model that has convolutions or matrix multiplications; TensorRT "
+            "runs this one without INT8 calibration",
+        )
+    shown = "; ".join(f"{label}: {reason}" for label, reason in plan.skipped[:3])
+    more = f"; and {len(plan.skipped) - 3} more" if len(plan.skipped) > 3 else ""
+    raise GraphfixError(
+        what, f"none of its {len(weighted)} {ops} nodes can be quantized: {shown}{more}",
+        "fix what those reasons name (exclude fewer nodes with --exclude-nodes or "
+        "--exclude-op-types; fold computed weights with `graphfix run model.onnx --passes "
+        "fold-constants`)",
+    )
 
 
 def _refuse_quantized(model: onnx.ModelProto) -> None:

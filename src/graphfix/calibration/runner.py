@@ -183,6 +183,7 @@ def calibrate(
         request = Request.make(request)
     fp32, notes = prepare(model, fold_bn)
     plan = qdq.plan(fp32, exclude_nodes=exclude_nodes, exclude_op_types=exclude_op_types)
+    qdq.require_activations(plan, fp32)  # before the statistics pass: nothing to quantize
     tensors = list(plan.activations)
     if every_tensor:
         named = [i.name for i in fp32.graph.input] + [o for n in fp32.graph.node

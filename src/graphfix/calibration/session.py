@@ -188,6 +188,7 @@ def quantize_from_cache(model: onnx.ModelProto, path: Path, options: Options) ->
     fp32, _ = prepare(model)
     plan = qdq.plan(fp32, exclude_nodes=options.exclude_nodes,
                     exclude_op_types=options.exclude_op_types)
+    qdq.require_activations(plan, fp32)
     missing = [t for t in plan.activations if t not in amaxes]
     if missing:
         raise GraphfixError(
