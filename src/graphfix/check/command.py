@@ -123,6 +123,8 @@ def _compare(reference, candidate, data, data_key, input_shapes, input_values, c
     renamed, removed = provenance.read(cand)
     if run_report is not None:
         renamed, removed = _from_report(Path(run_report))
+    if cand is not ref:
+        _refuse_other_inputs(ref, cand, renamed)
     feeds = check_samples(ref, data, data_key, input_shapes or {}, count, seed, input_values)
     if detections:
         from graphfix.nms.compare import compare_models
@@ -143,6 +145,40 @@ def _compare(reference, candidate, data, data_key, input_shapes, input_values, c
         if opened is not None:
             opened.close()
     return result, cand
+
+
+def _refuse_other_inputs(ref: onnx.ModelProto, cand: onnx.ModelProto,
+                         renamed: Mapping[str, str]) -> None:
+    """GraphfixError when the candidate has an input the reference lacks (by name, or
+    renamed from one of the reference's): the samples are made for the reference's
+    inputs, so the candidate could not be fed. A candidate without some of the
+    reference's inputs (an unused one removed) is compared as before."""
+    from graphfix.runtime.feeds import graph_inputs
+
+    back = {new: old for old, new in renamed.items()}
+    ref_names = [i.name for i in graph_inputs(ref)]
+    cand_names = [i.name for i in graph_inputs(cand)]
+    extra = [n for n in cand_names if n not in ref_names and back.get(n) not in ref_names]
+    if not extra:
+        return
+    fed = {back.get(n, n) for n in cand_names}
+    missing = [n for n in ref_names if n not in fed]
+
+    def names(found: list[str]) -> str:
+        shown = ", ".join(f"'{n}'" for n in found[:5])
+        return shown + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+
+    only_ref = f"; only the reference has {names(missing)}" if missing else ""
+    raise GraphfixError(
+        f"the candidate's inputs are not the reference's: only the candidate has "
+        f"{names(extra)}{only_ref}",
+        f"check runs both models on the same samples, made for the reference's inputs "
+        f"({names(ref_names) or 'none'}), so each input of the candidate must be one of "
+        "them (by name, or renamed from one by graphfix run)",
+        "compare a model with the one it was made from: REFERENCE the original, "
+        "CANDIDATE what `graphfix run` wrote from it (if another tool renamed the "
+        "inputs, give the candidate the reference's input names)",
+    )
 
 
 def _models(reference, candidate, engine, trt_engine: bool, precision: str,
