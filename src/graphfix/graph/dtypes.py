@@ -1,14 +1,17 @@
 """The dtype of a graphsurgeon tensor, found through its producer when it has none of its
 own (onnxruntime's saved models carry no value_info, and passes run before inference):
-`float_dtype` for float ops, `known_dtype` for any type."""
+`float_dtype` for float ops, `known_dtype` for any type; `computed_dtype` from the nodes
+alone, never from a declared (possibly stale) type of a node's output."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
-from onnx import helper
+from onnx import TensorProto, helper
 
 
 def float_dtype(tensor: gs.Tensor, memo: dict[int, Any] | None = None) -> np.dtype | None:
@@ -60,6 +63,94 @@ def known_dtype(tensor: gs.Tensor) -> np.dtype | None:
         except (KeyError, TypeError, ValueError):
             return None
     return None
+
+
+MAX_WALK = 1000
+"""Producers `computed_dtype` follows back before it gives up (None)."""
+_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+_TYPE_NAMES = {name.lower(): value for name, value in TensorProto.DataType.items()}
+
+
+def computed_dtype(tensor: gs.Tensor) -> np.dtype | None:
+    """The tensor's dtype as the nodes computing it fix it, never read from the declared
+    type of a node's output (a value_info can contradict its node, and shape inference
+    then carries the wrong type on downstream). From: a graph input's or a constant's
+    own dtype; what a node writes whatever its inputs (Cast's `to`, a Constant's value,
+    a comparison's BOOL, a type the op's schema fixes: Shape's INT64); through an op
+    whose schema gives the output the type variable of an input (Relu, Add, Reshape,
+    Conv, Concat, Split...), that input's. None when it cannot be told: a custom op, an
+    If/Loop/Scan output, or more than `MAX_WALK` producers back."""
+    for _ in range(MAX_WALK):
+        producer = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+        if isinstance(tensor, gs.Constant) or producer is None:  # a graph input's is its own
+            return _own_dtype(tensor)
+        if producer.domain not in (None, "", "ai.onnx") or producer.op in _SUBGRAPH_OPS:
+            return None
+        if producer.op in BOOL_OPS:
+            return np.dtype(np.bool_)
+        if producer.op == "Cast" and "to" in producer.attrs:
+            return _np_dtype(int(producer.attrs["to"]))
+        if producer.op == "Constant":
+            value = producer.attrs.get("value")
+            return _own_dtype(value) if isinstance(value, gs.Constant) else None
+        source = _type_source(producer.op, producer.outputs.index(tensor))
+        if isinstance(source, str):
+            return _np_dtype(_TYPE_NAMES.get(source))
+        if source is None or source >= len(producer.inputs) or producer.inputs[source].is_empty():
+            return None
+        tensor = producer.inputs[source]
+    return None
+
+
+@functools.cache
+def _type_source(op: str, index: int) -> int | str | None:
+    """Where output `index` of the standard op `op` gets its element type: the index of
+    the input sharing its type variable, the type name its schema fixes ('int64'), or
+    None (a type variable no input has, or no schema)."""
+    try:
+        schema = onnx.defs.get_schema(op)
+    except onnx.defs.SchemaError:
+        return None
+    outputs = list(schema.outputs)
+    if not outputs:
+        return None
+    formal = outputs[min(index, len(outputs) - 1)]
+    if index >= len(outputs) and formal.option != formal.option.Variadic:
+        return None
+    allowed = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
+    if formal.type_str not in allowed:  # a fixed type: "tensor(int64)"
+        return _tensor_type_name(formal.type_str)
+    for i, param in enumerate(schema.inputs):
+        if param.type_str == formal.type_str:
+            return i
+    only = allowed[formal.type_str]
+    return _tensor_type_name(only[0]) if len(only) == 1 else None
+
+
+def _tensor_type_name(type_str: str) -> str | None:
+    """'int64' for 'tensor(int64)'; None for sequences, maps and optionals."""
+    if type_str.startswith("tensor(") and type_str.endswith(")"):
+        return type_str[len("tensor("):-1]
+    return None
+
+
+def _own_dtype(tensor: gs.Tensor) -> np.dtype | None:
+    try:
+        return _np_dtype(tensor.dtype)
+    except Exception:  # a lazily loaded constant of a type numpy lacks
+        return None
+
+
+def _np_dtype(dtype: Any) -> np.dtype | None:
+    """A numpy dtype from a numpy dtype or an ONNX element type; None when unknown."""
+    if dtype is None or dtype == 0:
+        return None
+    try:
+        if isinstance(dtype, int):
+            return np.dtype(helper.tensor_dtype_to_np_dtype(dtype))
+        return np.dtype(dtype)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _own_float_dtype(tensor: gs.Tensor) -> np.dtype | None:

@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy as np
 import onnx_graphsurgeon as gs
+from onnx import helper
 
 from graphfix.graph import constant_value
+from graphfix.graph.dtypes import computed_dtype
 from graphfix.passes._noop_shapes import (
     broadcast_refusal,
     clamp_index,
@@ -80,7 +82,22 @@ def cast(node: gs.Node, view: View) -> Plan | str:
     target = int(node.attrs["to"])
     if source != target:
         return f"it casts {type_name(source)} to {type_name(target)}"
+    computed = _computed_type(node.inputs[0])
+    if computed is not None and computed != source:
+        return (f"its input is declared {type_name(source)}, but the nodes computing it make "
+                f"{type_name(computed)}: the model's value_info contradicts its nodes "
+                "(onnxruntime cannot load it)")
     return Plan("removed Cast to the same type")
+
+
+def _computed_type(tensor: gs.Tensor) -> int | None:
+    """The ONNX element type the nodes computing `tensor` give it (`computed_dtype`: not a
+    declared type, which a stale value_info can make wrong), or None."""
+    dtype = computed_dtype(tensor)
+    try:
+        return None if dtype is None else int(helper.np_dtype_to_tensor_dtype(dtype))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def expand(node: gs.Node, view: View) -> Plan | str:

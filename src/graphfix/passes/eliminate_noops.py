@@ -74,8 +74,9 @@ class EliminateNoops(Pass):
 
     Handles: Identity; Dropout in inference mode (no training_mode input or a
     constant false one; is_test=1 before opset 7; mask unused); Cast to its input's dtype
-    (known from the tensor or the initializer); Reshape and Expand that keep the
-    shape; Transpose with the identity permutation (or no perm on rank <= 1);
+    (known from the tensor or the initializer; kept when the nodes computing the input
+    make another type, a stale value_info: `graph.dtypes.computed_dtype`); Reshape and
+    Expand that keep the shape; Transpose with the identity permutation (or no perm on rank <= 1);
     two Transposes composed into one, both removed when they cancel (NHWC <-> NCHW
     around a Conv); two Reshapes collapsed into one, resolving the second's 0
     entries (allowzero=0) from the tensor between them; Squeeze of an Unsqueeze on

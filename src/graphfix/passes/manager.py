@@ -116,10 +116,11 @@ class Verifier:
             notes.append(
                 f"the input model fails onnx.checker ({checker_error}); passes are not held to it"
             )
-        inferred, _ = _inference(model, strict=True)
+        inferred, err = _inference(model, strict=True)
         strict = inferred is not None
-        if not strict:
-            notes.append("the input model fails strict shape inference; passes get the lenient one")
+        if not strict:  # err says where (a value_info that contradicts its node: D9)
+            notes.append(f"the input model fails strict shape inference ({err}); passes get "
+                         "the lenient one")
             inferred, _ = _inference(model, strict=False)
         return cls(checker, strict, notes, inferred)
 

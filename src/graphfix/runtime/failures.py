@@ -6,6 +6,10 @@ into and out of subgraphs) are the suspects. One suspect is named; among several
 is replaced in turn by a plain value (zeros for floats; the model's constant, else ones,
 for integers) and the model re-run on one session: the input whose replacement lets it
 run is named. At most `MAX_TRIES` re-runs, so this stays cheap.
+
+An error that names no running node may come from loading the model (a type that
+contradicts its node, an op onnxruntime lacks): then the model is loaded on its own,
+and when that fails too, no input is to blame: the graph itself is wrong.
 """
 
 from __future__ import annotations
@@ -101,10 +105,46 @@ def culprit(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], err: BaseEx
     return node, ""
 
 
+NOT_LOADED = ("the model itself is at fault: onnxruntime rejects its graph before reading "
+              "any input, so no input is to blame")
+LOAD_FIX = ("make a model onnxruntime loads (onnx.checker.check_model(model, full_check=True) "
+            "finds declared types that contradict their nodes, such as a stale value_info a "
+            "float16 converter left), e.g. by exporting or converting it again")
+NO_KERNEL_FIX = ("onnxruntime has no kernel for the node it names (on these providers): "
+                 "compare where one exists (another onnxruntime build or provider), or "
+                 "use ops it implements")
+_NO_KERNEL = re.compile(r"NOT_IMPLEMENTED|Could not find an implementation")
+
+
+def fails_to_load(model: onnx.ModelProto, err: BaseException,
+                  providers: Sequence[str] = ("cpu",)) -> bool:
+    """Whether `err` is onnxruntime refusing `model` itself, not its inputs: the error
+    names no node it was running, and the model does not load on its own either."""
+    if _NODE.search(str(err)):
+        return False
+    from graphfix.runtime.session import make_session
+
+    try:
+        make_session(model, providers)
+    except Exception:  # onnxruntime raises many types; any means it does not load
+        return True
+    return False
+
+
 def explain(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], err: BaseException,
             providers: Sequence[str] = ("cpu",)) -> tuple[str, str]:
     """(why: onnxruntime's message and the node and input to blame where they can be
-    told; fix: how to give inputs the model accepts)."""
+    told; fix: how to give inputs the model accepts). When the model itself does not
+    load (`fails_to_load`), why says so and fix is how to repair the model."""
+    why, fix, _ = _explained(model, feeds, err, providers)
+    return why, fix
+
+
+def _explained(model, feeds, err, providers) -> tuple[str, str, bool]:
+    """`explain`'s (why, fix), and whether the model failed to load."""
+    if fails_to_load(model, err, providers):
+        fix = NO_KERNEL_FIX if _NO_KERNEL.search(str(err)) else LOAD_FIX
+        return f"{ort_message(err)}; {NOT_LOADED}", fix, True
     node, name = culprit(model, feeds, err, providers)
     why = ort_message(err)
     if name:
@@ -113,12 +153,16 @@ def explain(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], err: BaseEx
         why += (f"; that node is computed from input '{name}', which was {shown}" if node
                 else f"; input '{name}' is to blame: it was {shown}")
     fix = f"--input-value {name}=VALUE" if name else "--input-value NAME=VALUE"
-    return why, f"give inputs the model accepts: real ones with --data, or fix an input with {fix}"
+    return (why, f"give inputs the model accepts: real ones with --data, or fix an input "
+            f"with {fix}", False)
 
 
 def cannot_run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], err: BaseException,
                source: str, providers: Sequence[str] = ("cpu",)) -> str:
     """One line for a skipped check: what failed on `source` ('seeded random inputs',
-    "the data in 'x.npz'"), why (`explain`), and the fix."""
-    why, fix = explain(model, feeds, err, providers)
-    return f"onnxruntime cannot run the input model on {source}: {why}; {fix}"
+    "the data in 'x.npz'"), why (`explain`), and the fix; or that the model does not
+    load at all."""
+    why, fix, not_loaded = _explained(model, feeds, err, providers)
+    what = "run the input model (it does not load)" if not_loaded else \
+        f"run the input model on {source}"
+    return f"onnxruntime cannot {what}: {why}; {fix}"
