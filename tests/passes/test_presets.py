@@ -175,3 +175,49 @@ def test_passes_after_an_unchecked_change_are_not_told_shapes_are_inferred(make_
     # rounds 1-3 remove an Identity each; round 4 changes nothing (its last sees-shapes is
     # not run again: the graph it left unchanged)
     assert SeesShapes.told == [True, False, True, False, True, False, True]
+
+
+class RaisesOnRelu(Pass):
+    """Raises once the graph has no Identity left (a pass with a bug)."""
+
+    name = "raises-late"
+    summary = "test only"
+    Options = NoOptions
+
+    def run(self, graph, ctx):
+        if not any(n.op == "Identity" for n in graph.nodes):
+            raise RuntimeError("no Identity to work on")
+        return PassResult(changed=False, notes=[Note("graph", "waiting")])
+
+
+def test_a_round_exports_its_graph_once_at_its_end(make_preset, monkeypatch):
+    """The passes of a round are exported with their structural checks, at the round's
+    end; which pass removed what is still told pass by pass."""
+    import graphfix.passes.manager as manager
+
+    make_preset("remove-one-identity", "remove-one-identity")
+    exports = spy(monkeypatch, manager, "to_model", lambda graph, like: len(graph.nodes))
+    out, report = run("made", parse(MODEL))
+    assert exports == [2, 1]  # round 1 (two passes applied), round 2 (one)
+    assert ops(out) == ["Relu"]
+    assert set(report.removed) == {"a", "b", "c"}
+    assert set(report.removed.values()) == {"remove-one-identity"}
+    exports.clear()
+    run("made", parse(MODEL), check_each=True)
+    assert exports == [3, 2, 1]  # after every pass
+
+
+def test_a_pass_raising_after_unexported_ones_is_rolled_back_alone(make_preset,
+                                                                   monkeypatch):
+    """The model before the raising pass was never exported: the run is repeated with a
+    check after every pass, where it is rolled back alone and the others are kept."""
+    monkeypatch.setitem(registry.REGISTRY, RaisesOnRelu.name, RaisesOnRelu)
+    make_preset("remove-one-identity", "remove-one-identity", "remove-one-identity",
+                "raises-late")
+    out, report = run("made", parse(MODEL))
+    assert ops(out) == ["Relu"]
+    raised = [r for r in report.passes if r.spec == "raises-late"]
+    assert raised[0].status == ROLLED_BACK and "no Identity to work on" in \
+        raised[0].rollback_reason
+    assert any("raised RuntimeError: no Identity to work on, after passes of its round "
+               "that were not exported yet" in n for n in report.verify_notes)

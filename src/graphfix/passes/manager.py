@@ -31,7 +31,13 @@ Checks are batched (not with `check_each` or a rewrite budget):
   shapes are inferred (`PassContext.shapes_inferred`): fold-constants infers them itself
   where a Shape needs one. A round reaches the same fixed point (on every shared and zoo
   model: the same nodes and initializers as checking each pass); each check per pass was
-  ~25 ms on 2,500 nodes (bench/RESULTS.md, sixth round);
+  ~25 ms on 2,500 nodes (bench/RESULTS.md, sixth round). Unless each pass's model is asked
+  for (`on_pass_done`), the round's passes are not exported either: the graph is exported
+  once, for those checks (and before a pass that changes the outputs, whose check needs
+  the model before it). A pass that raises after such passes cannot be rolled back to a
+  model that was never made: the run is repeated with a check after every pass, as for a
+  failed check. Which pass removed which tensor is still told pass by pass (from the
+  graph's names);
 - with the output check on, a pass that passes the structural checks is kept with its
   output check deferred, and one run of the model checks every deferred pass at once,
   at the end of the run (and before a pass that changes the outputs rebases the
@@ -71,12 +77,11 @@ import onnx_graphsurgeon as gs
 from graphfix.errors import GraphfixError
 from graphfix.graph import count_nodes, fingerprint, to_graph, to_model
 from graphfix.graph.convert import settle_constants
-from graphfix.graph.protos import graph_protos
 from graphfix.graph.prune import prune
 from graphfix.graph.samecomp import Digests, same_computation
 from graphfix.graph.shapes import apply_inferred
 from graphfix.graph.skeleton import skeleton
-from graphfix.graph.walk import same_structure, toposort
+from graphfix.graph.walk import all_graphs, same_structure, toposort
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext
 from graphfix.passes.pipeline import Pipeline, PresetSpec
 from graphfix.report import (
@@ -250,6 +255,17 @@ class _BatchFailed(Exception):
             "after every pass, to find and roll back the pass at fault")
 
 
+class _RaisedUnexported(_BatchFailed):
+    """A pass raised after passes of its round whose graph was not exported: the model to
+    roll back to is not there, so the run is repeated with a check after every pass."""
+
+    def __init__(self, at: PassRecord, err: Exception) -> None:
+        Exception.__init__(
+            self, f"pass {at.index + 1} ({at.spec}) raised {type(err).__name__}: {err}, "
+            "after passes of its round that were not exported yet; the run was repeated "
+            "with a check after every pass, to roll it back alone")
+
+
 class _Runner:
     """One run: the state between passes, the records, and the verification settings."""
 
@@ -273,16 +289,22 @@ class _Runner:
         self.rounds_run: dict[str, int] = {}
         self.removed: dict[str, str] = {}  # tensor -> the pass whose rewrite removed it
         self.notes: list[str] = list(self.verifier.notes)
-        self.named: tuple[onnx.ModelProto, set[str]] | None = None  # `_names`
+        self.names = graph_names(self.state.graph)  # of the graph after the last step
+        # a preset round's passes leave their graph unexported until the round's end
+        # (`_attempt`), unless each pass's model is asked for (on_pass_done)
+        self.export_late = batched and on_pass_done is None
 
     def step(self, spec: str, pass_: Pass, preset: str = "", round_: int = 0) -> PassRecord:
         index = len(self.records)
         if self.on_pass_start:
             self.on_pass_start(index, spec)
         ran_before = [r.spec for r in self.records]
+        if pass_.changes_outputs:
+            self._materialize()  # its check and rebase need the model before it
         before, checked = self.state.last_good, self.state.last_check
         record = _run_one(index, spec, pass_, self.state, self.ctx, self.verifier,
-                          self.output_check, ran_before, self.batched, in_round=bool(preset))
+                          self.output_check, ran_before, self.batched, in_round=bool(preset),
+                          export_late=self.export_late and bool(preset))
         if record.check == DEFERRED:
             if not self.pending:
                 self.base = (before, checked)
@@ -295,9 +317,10 @@ class _Runner:
             self.output_check = self.output_check.rebased(self.state.last_good)
             self.state.last_check = ("passed (exact)", 0.0)
         if record.status == APPLIED:
-            gone = self._names(before) - self._names(self.state.last_good)
-            for name in sorted(gone - set(self.ctx.renamed)):
+            now = graph_names(self.state.graph)
+            for name in sorted(self.names - now - set(self.ctx.renamed)):
                 self.removed.setdefault(name, spec)
+            self.names = now
         record.preset, record.round = preset, round_
         self.records.append(record)
         if self.on_pass_done and self.batched:
@@ -306,12 +329,13 @@ class _Runner:
             self.on_pass_done(record, self.state.last_good)
         return record
 
-    def _names(self, model: onnx.ModelProto) -> set[str]:
-        """`tensor_names(model)`, kept for the last model asked: a step's model after is
-        the next step's model before."""
-        if self.named is None or self.named[0] is not model:
-            self.named = (model, tensor_names(model))
-        return self.named[1]
+    def _materialize(self) -> None:
+        """Export the graph the passes of a round left unexported (`_attempt`) as the
+        state's `last_good`; its structural checks stay deferred."""
+        state = self.state
+        if state.unexported:  # its passes settled their constants (`_attempt`)
+            state.last_good = to_model(state.graph, state.last_good)
+            state.unexported = False
 
     def _note_unjudged(self) -> None:
         """The run's note on the outputs its check could not judge (known once a check
@@ -386,12 +410,14 @@ class _Runner:
         """The structural checks deferred in a preset round, made once on the round's
         model (or _BatchFailed), whose inferred shapes the graph then gets for the next
         round."""
+        self._materialize()
         state = self.state
         if state.unverified:
             _verify_deferred(state, self.verifier, state.last_good)
             state.accept(state.last_good, self.verifier.inferred)
 
     def finish(self, pipeline: str) -> tuple[onnx.ModelProto, Report]:
+        self._materialize()
         self._check_unchanged()
         self._check_pending(self.state.last_good)  # the structural checks too
         for record, model in self.held:
@@ -455,6 +481,9 @@ class _State:
     # for the model before it (tensors since made have what their pass gave them), so
     # passes are not told they are inferred (`PassContext.shapes_inferred`)
     stale: bool = False
+    # passes of a round were applied to `graph` and not exported: `last_good` is the model
+    # before them (`_Runner._materialize` exports it)
+    unexported: bool = False
 
     def current_fingerprint(self) -> tuple:
         if self.fingerprint is None:
@@ -472,12 +501,16 @@ class _State:
         self.unverified = []
         self.stale = False
 
-    def accept_unverified(self, model: onnx.ModelProto, record: PassRecord,
+    def accept_unverified(self, model: onnx.ModelProto | None, record: PassRecord,
                           keeps_computation: bool) -> None:
         """Keep a pass's model with its structural checks deferred (`_attempt`); the
         graph keeps its shapes, which a pass that keeps the computation does not change
-        (another makes them `stale` until the checks are made)."""
-        self.last_good = model
+        (another makes them `stale` until the checks are made). No model: the pass's
+        graph is exported later (`unexported`)."""
+        if model is None:
+            self.unexported = True
+        else:
+            self.last_good = model
         self.unverified.append(record)
         self.stale = self.stale or not keeps_computation
         self.fingerprint = None
@@ -494,14 +527,15 @@ class _State:
 
 
 def _run_one(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier, output_check,
-             ran_before, defer: bool = False, in_round: bool = False) -> PassRecord:
+             ran_before, defer: bool = False, in_round: bool = False,
+             export_late: bool = False) -> PassRecord:
     """Run one pass; its context changes last only when its graph is kept (not when it is
     rolled back, refused by the rewrite budget, or changed nothing)."""
     saved = ctx.snapshot()
     if ctx.rewrites is not None:
         ctx.rewrites.start(index, spec)
     record = _attempt(index, spec, pass_, state, ctx, verifier, output_check, ran_before,
-                      defer, in_round)
+                      defer, in_round, export_late)
     if record.status != APPLIED:
         ctx.restore(saved)
     return record
@@ -517,7 +551,8 @@ def _shown_same(last: tuple[str, float | None], since: str = "before this pass")
 
 
 def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier, output_check,
-             ran_before, defer: bool, in_round: bool = False) -> PassRecord:
+             ran_before, defer: bool, in_round: bool = False,
+             export_late: bool = False) -> PassRecord:
     t0 = time.perf_counter()
     nodes_before = count_nodes(state.graph)
     record = PassRecord(index, spec, UNCHANGED, 0.0, nodes_before, nodes_before)
@@ -568,11 +603,17 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
         if not pass_.leaves_graph_clean:
             prune(graph)
         toposort(graph)
+        # large new weights go to the spill now: later passes read them lazily (dedup-
+        # constants compares samples of deferred weights, whole arrays otherwise)
         settle_constants(graph, state.spill)
-        candidate = to_model(graph, state.last_good)
+        # a round's pass whose checks wait for the round's end is exported with them
+        late = export_late and defer and in_round and not pass_.changes_outputs
+        candidate = None if late else to_model(graph, state.last_good)
     except GraphfixError:
         raise
     except Exception as err:
+        if state.unexported:  # `last_good` is not the model before this pass
+            raise _RaisedUnexported(record, err) from err
         where = f" (after {', '.join(ran_before)})" if ran_before else " (the first pass)"
         record.traceback = traceback.format_exc()
         return _rolled_back(record, RAISED, f"{type(err).__name__}: {err}{where}", state, t0)
@@ -629,12 +670,13 @@ def _verify_deferred(state: _State, verifier: Verifier, model: onnx.ModelProto) 
         state.unverified = []
 
 
-def tensor_names(model: onnx.ModelProto) -> set[str]:
-    """Every graph input and node output name, subgraphs included."""
+def graph_names(graph: gs.Graph) -> set[str]:
+    """Every graph input and node output name, bodies included (what a pass removed is
+    what was here before it and is not after)."""
     names: set[str] = set()
-    for g in graph_protos(model.graph):
-        names.update(i.name for i in g.input)
-        names.update(o for n in g.node for o in n.output if o)
+    for g in all_graphs(graph):
+        names.update(t.name for t in g.inputs)
+        names.update(t.name for node in g.nodes for t in node.outputs if t.name)
     return names
 
 
