@@ -59,6 +59,17 @@ def test_all_graphs_and_count_nodes_include_if_branches():
     assert count_nodes(graph) == 4
 
 
+def test_all_graphs_includes_bodies_of_a_custom_domain_node():
+    """onnxruntime's BeamSearch (com.microsoft) carries its decoder as a graph attribute;
+    of ONNX's own ops only If, Loop, Scan and SequenceMap can."""
+    graph = _graph()
+    decoder = gs.Graph(nodes=[], outputs=[], name="decoder")
+    graph.nodes.append(gs.Node("BeamSearch", "beam", domain="com.microsoft",
+                               attrs={"decoder": decoder}, inputs=[graph.inputs[0]],
+                               outputs=[gs.Variable("seq", np.int32, (1, 4))]))
+    assert [g.name for g in all_graphs(graph)] == [graph.name, "then", "then", "decoder"]
+
+
 def test_tensor_map_is_gs_tensors_without_its_checks():
     graph = _graph()
     # an omitted optional input, a graph output no node writes, and two distinct

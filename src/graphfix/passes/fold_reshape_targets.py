@@ -117,12 +117,15 @@ class FoldReshapeTargets(Pass):
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
         result = PassResult(changed=False)
-        opset = opset_of(graph)
-        names = names_in_use(graph)
-        owner = {id(node): g for g in all_graphs(graph) for node in g.nodes}
         candidates = [node for g in all_graphs(graph) for node in g.nodes
                       if is_onnx(node, "Reshape") and len(node.inputs) >= 2
                       and constant_value(node.inputs[1]) is None]
+        if not candidates:
+            result.notes.append(Note("graph", "no Reshape with a computed target"))
+            return result
+        opset = opset_of(graph)
+        names = names_in_use(graph)
+        owner = {id(node): g for g in all_graphs(graph) for node in g.nodes}
         if candidates and not ctx.shapes_inferred and any(
                 is_onnx(n, "Shape") and n.inputs and n.inputs[0].shape is None
                 for g in all_graphs(graph) for n in g.nodes):
@@ -165,8 +168,6 @@ class FoldReshapeTargets(Pass):
             infer_shapes(graph)
         result.notes += [Note(node_label(node), why) for node, why in refused]
         result.changed = bool(result.counts)
-        if not candidates:
-            result.notes.append(Note("graph", "no Reshape with a computed target"))
         return result
 
 
