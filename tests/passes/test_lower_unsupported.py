@@ -641,6 +641,17 @@ def test_a_fill_float32_cannot_hold_exactly_is_left():
         "(int64) is not an integer float32 holds exactly (|v| <= 2^24) or a BOOL"))])
 
 
+def test_doctor_asks_for_a_float_fill_where_the_integer_one_cannot_be_lowered():
+    """A ConstantOfShape's only input is the shape: the fix cannot be a Cast before it."""
+    model = _filled(np.array(2**24 + 1, np.int64))
+    finding, = [f for f in diagnose(model, parse_target("8.6")).findings
+                if f.rule == "dtype-unsupported"]
+    assert finding.fix.endswith(
+        "elsewhere: export the fill's value as FP32 (its only input is the shape, so there "
+        "is nothing to Cast before it), or target a TensorRT version that lists "
+        "ConstantOfShape for INT64 (INT32 after the parser's cast)")
+
+
 def test_types_the_row_lists_are_left_alone():
     nothing = [("graph", "no node to lower for TensorRT 10.16")]
     _stays(_filled(np.array(15, np.int64)), "10.16", nothing)  # 10.1+ lists INT64 fills

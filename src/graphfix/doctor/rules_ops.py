@@ -131,6 +131,10 @@ def _dtype_fix(type_name: str, op: str, listed: str, target: TrtTarget) -> str:
     if op == "ConstantOfShape" and type_name in FLOAT_FILLS:
         return _float_fill_fix(type_name, target)
     fix = _cast_fix(type_name, op, listed)
+    if op == "ConstantOfShape":  # its only input is the shape: nothing to Cast before it
+        fix = (f"export the fill's value as {listed.split(', ')[0]} (its only input is "
+               "the shape, so there is nothing to Cast before it), or target a TensorRT "
+               f"version that lists ConstantOfShape for {type_name}")
     if retypes(op, type_name):
         return (f"lower-unsupported (the default --trt pipeline runs it) computes {op} in "
                 "FP32 where that is exact (a ConstantOfShape value FP32 holds; sums and "
