@@ -49,6 +49,35 @@ def test_run_keeps_the_real_cast_of_the_repro():
     assert [a.i for a in out.graph.node[-1].attribute if a.name == "to"] == [TensorProto.FLOAT]
 
 
+def test_run_drops_the_contradicted_declaration_so_the_output_loads():
+    """The input cannot be loaded by onnxruntime; the output can, with the types the nodes
+    compute, and the run says what it dropped. A second run changes nothing."""
+    import onnxruntime as ort
+
+    result = run(stale("y16"), check=True)
+    assert any("declares types its nodes contradict for 'y16'" in n
+               for n in result.report.verify_notes), result.report.verify_notes
+    out = result.model
+    assert "y16" not in {vi.name for vi in out.graph.value_info
+                         if vi.type.tensor_type.elem_type == TensorProto.FLOAT}
+    session = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.array([[-1.0, 0.5, 2.0, -3.0]], np.float32)
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], np.maximum(x, 0))
+    again = run(out, check=True)
+    assert onnx.printer.to_text(again.model.graph) == onnx.printer.to_text(out.graph)
+    assert not any("contradict" in n for n in again.report.verify_notes)
+
+
+def test_contradicted_types_names_only_declarations_the_nodes_contradict():
+    from graphfix.graph.shapes import contradicted_types
+
+    assert contradicted_types(stale("y16")) == ("y16",)
+    assert contradicted_types(stale("r16")) == ("r16",)
+    consistent = stale("y16")
+    consistent.graph.value_info[0].type.tensor_type.elem_type = F16
+    assert contradicted_types(consistent) == ()
+
+
 def test_a_consistent_same_type_cast_still_goes():
     graph = to_graph(build_model(
         [helper.make_node("Relu", ["x"], ["r"]),

@@ -252,3 +252,25 @@ def static_count(shape: list[Dim] | None) -> int:
     if shape is None:
         return -1
     return sum(isinstance(d, int) and d >= 0 for d in shape)
+
+
+def contradicted_types(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The main graph's value_info entries whose element type is not the one ONNX's
+    inference computes from the nodes (inferred without any value_info), in order. A
+    converter that retyped nodes and kept their old declarations leaves such (a float16
+    Identity declared float): onnxruntime then refuses to load the model."""
+    declared = [(vi.name, vi.type.tensor_type.elem_type) for vi in model.graph.value_info
+                if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type]
+    if not declared:
+        return ()
+    bare = onnx.ModelProto()
+    bare.CopyFrom(model)  # a skeleton: no weights to copy
+    del bare.graph.value_info[:]
+    try:
+        inferred = onnx.shape_inference.infer_shapes(bare, data_prop=True)
+    except Exception:  # noqa: BLE001 - onnx raises several types; nothing can be told
+        return ()
+    computed = {vi.name: vi.type.tensor_type.elem_type for vi in inferred.graph.value_info
+                if vi.type.HasField("tensor_type")}
+    return tuple(name for name, elem in declared
+                 if computed.get(name, elem) not in (elem, 0))

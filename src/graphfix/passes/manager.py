@@ -79,9 +79,9 @@ from graphfix.graph import count_nodes, fingerprint, to_graph, to_model
 from graphfix.graph.convert import settle_constants
 from graphfix.graph.prune import prune
 from graphfix.graph.samecomp import Digests, same_computation
-from graphfix.graph.shapes import apply_inferred
+from graphfix.graph.shapes import apply_inferred, contradicted_types
 from graphfix.graph.skeleton import skeleton
-from graphfix.graph.walk import all_graphs, same_structure, toposort
+from graphfix.graph.walk import all_graphs, same_structure, tensor_map, toposort
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext
 from graphfix.passes.pipeline import Pipeline, PresetSpec
 from graphfix.report import (
@@ -110,9 +110,15 @@ class Verifier:
     notes: list[str]
     inferred: onnx.ModelProto | None = None
     """The shape-inferred skeleton of the model last verified (passes get its shapes)."""
+    contradicted: tuple[str, ...] = ()
+    """The input's value_info entries whose type its nodes contradict (`for_input`)."""
 
     @classmethod
     def for_input(cls, model: onnx.ModelProto) -> Verifier:
+        """The checks the input model passes. A value_info whose element type contradicts
+        what its node computes (onnxconverter-common's float16 conversion leaves such:
+        onnxruntime cannot load the model) is dropped first, and said so: it is a
+        declaration, not part of the computation (`_Runner` drops it from the graph)."""
         notes = []
         model = _checkable_skeleton(model)
         checker_error = _checker_error(model)
@@ -122,12 +128,26 @@ class Verifier:
                 f"the input model fails onnx.checker ({checker_error}); passes are not held to it"
             )
         inferred, err = _inference(model, strict=True)
+        contradicted: tuple[str, ...] = ()
+        if inferred is None:
+            contradicted = contradicted_types(model)
+            if contradicted:
+                keep = [vi for vi in model.graph.value_info if vi.name not in contradicted]
+                del model.graph.value_info[:]  # the skeleton is a copy
+                model.graph.value_info.extend(keep)
+                notes.append(
+                    f"the input model declares types its nodes contradict for "
+                    f"{', '.join(repr(n) for n in contradicted[:5])}"
+                    f"{' and more' if len(contradicted) > 5 else ''} (onnxruntime cannot "
+                    "load it): graphfix dropped those value_info entries, so the output "
+                    "has the types the nodes compute")
+                inferred, err = _inference(model, strict=True)
         strict = inferred is not None
-        if not strict:  # err says where (a value_info that contradicts its node: D9)
+        if not strict:  # err says where
             notes.append(f"the input model fails strict shape inference ({err}); passes get "
                          "the lenient one")
             inferred, _ = _inference(model, strict=False)
-        return cls(checker, strict, notes, inferred)
+        return cls(checker, strict, notes, inferred, contradicted)
 
     def problem(self, model: onnx.ModelProto) -> str | None:
         """What is structurally wrong with a pass's result, or None (then `inferred` holds
@@ -283,7 +303,15 @@ class _Runner:
         self.on_pass_start = on_pass_start
         self.on_pass_done = on_pass_done
         self.verifier = Verifier.for_input(model)
-        self.state = _State(to_graph(model), model, spill=spill)
+        graph = to_graph(model)
+        if self.verifier.contradicted:  # stale declared types: the nodes' types instead
+            dropped = set(self.verifier.contradicted)
+            for g in all_graphs(graph):
+                for t in tensor_map(g).values():
+                    if t.name in dropped and isinstance(t, gs.Variable):
+                        t.dtype, t.shape = None, None
+            model = to_model(graph, model)
+        self.state = _State(graph, model, spill=spill)
         self.state.annotate(self.verifier.inferred)
         self.records: list[PassRecord] = []
         self.rounds_run: dict[str, int] = {}
