@@ -9,12 +9,14 @@ from importlib import import_module
 
 def lazy_attributes(package: str, where: Mapping[str, str]) -> Callable[[str], object]:
     """A module `__getattr__` that imports `name` from `where[name]` when first read
-    and keeps it on the module, so later reads cost nothing."""
+    and keeps it on the module, so later reads cost nothing. `where[name]` is a module,
+    or `module:attribute` for a name the module defines under another one."""
 
     def __getattr__(name: str) -> object:
         if name not in where:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(import_module(where[name]), name)
+        module, _, there = where[name].partition(":")
+        value = getattr(import_module(module), there or name)
         setattr(sys.modules[package], name, value)
         return value
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from graphfix import io, provenance, runfiles, weights
+from graphfix._lazy import lazy_attributes
 from graphfix.errors import GraphfixError
 from graphfix.passes.base import PassContext, RewriteBudget
 from graphfix.passes.defaults import default_pipeline
@@ -51,24 +52,15 @@ ModelLike = onnx.ModelProto | str | os.PathLike
 __all__ = ["Calibration", "Result", "bisect", "calibrate", "check", "doctor",  # noqa: F822
            "plugins_apply", "plugins_list", "plugins_match", "run"]
 
-_ELSEWHERE = {  # name here -> (module, name there): the commands defined elsewhere
-    "Calibration": ("graphfix.calibration.command", "Calibration"),
-    "calibrate": ("graphfix.calibration.command", "calibrate"),
-    "check": ("graphfix.check.command", "check"),
-    "plugins_apply": ("graphfix.plugins.command", "apply"),
-    "plugins_list": ("graphfix.plugins.command", "catalog"),
-    "plugins_match": ("graphfix.plugins.command", "match"),
+_ELSEWHERE = {  # the commands defined elsewhere (`module:name` where named otherwise there)
+    "Calibration": "graphfix.calibration.command",
+    "calibrate": "graphfix.calibration.command",
+    "check": "graphfix.check.command",
+    "plugins_apply": "graphfix.plugins.command:apply",
+    "plugins_list": "graphfix.plugins.command:catalog",
+    "plugins_match": "graphfix.plugins.command:match",
 }
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _ELSEWHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    module, there = _ELSEWHERE[name]
-    globals()[name] = value = getattr(import_module(module), there)
-    return value
+__getattr__ = lazy_attributes(__name__, _ELSEWHERE)
 
 
 @dataclass

@@ -77,9 +77,7 @@ class DimOrigins:
 
 
 def _rank(t: gs.Tensor) -> int | None:
-    value = constant_value(t) if isinstance(t, gs.Constant) else None
-    if value is not None:
-        return value.ndim
+    """The tensor's rank (a constant's from its lazy values: no weight is read)."""
     return None if t.shape is None else len(t.shape)
 
 
@@ -143,11 +141,8 @@ def _broadcast(inputs: list[gs.Tensor], rank: int, axis: int):
 
 
 def _static_dim(t: gs.Tensor, k: int) -> int | None:
-    value = constant_value(t) if isinstance(t, gs.Constant) else None
-    if value is not None:
-        return int(value.shape[k])
     d = t.shape[k] if t.shape is not None else None
-    return d if isinstance(d, int) and d >= 0 else None
+    return int(d) if isinstance(d, (int, np.integer)) and d >= 0 else None
 
 
 def _matmul(inputs: list[gs.Tensor], rank: int, axis: int):

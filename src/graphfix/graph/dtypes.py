@@ -13,6 +13,8 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx import TensorProto, helper
 
+from graphfix.graph.walk import BODY_OPS, is_onnx
+
 
 def float_dtype(tensor: gs.Tensor, memo: dict[int, Any] | None = None) -> np.dtype | None:
     """The floating dtype of a tensor: its own, else found through its producers.
@@ -58,16 +60,12 @@ def known_dtype(tensor: gs.Tensor) -> np.dtype | None:
     if producer.op in BOOL_OPS:
         return np.dtype(np.bool_)
     if producer.op == "Cast" and "to" in producer.attrs:
-        try:
-            return np.dtype(helper.tensor_dtype_to_np_dtype(int(producer.attrs["to"])))
-        except (KeyError, TypeError, ValueError):
-            return None
+        return np_dtype(int(producer.attrs["to"]))
     return None
 
 
 MAX_WALK = 1000
 """Producers `computed_dtype` follows back before it gives up (None)."""
-_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 _TYPE_NAMES = {name.lower(): value for name, value in TensorProto.DataType.items()}
 
 
@@ -84,7 +82,7 @@ def computed_dtype(tensor: gs.Tensor) -> np.dtype | None:
         producer = tensor.inputs[0] if len(tensor.inputs) == 1 else None
         if isinstance(tensor, gs.Constant) or producer is None:  # a graph input's is its own
             return _own_dtype(tensor)
-        if producer.domain not in (None, "", "ai.onnx") or producer.op in _SUBGRAPH_OPS:
+        if not is_onnx(producer) or producer.op in BODY_OPS:
             return None
         if producer.op in BOOL_OPS:
             return np.dtype(np.bool_)
@@ -141,31 +139,29 @@ def _own_dtype(tensor: gs.Tensor) -> np.dtype | None:
         return None
 
 
-def _np_dtype(dtype: Any) -> np.dtype | None:
-    """A numpy dtype from a numpy dtype or an ONNX element type; None when unknown."""
-    if dtype is None or dtype == 0:
-        return None
+def np_dtype(elem_type: int) -> np.dtype | None:
+    """The numpy dtype gs uses for an ONNX element type; None when numpy has none."""
     try:
-        if isinstance(dtype, int):
-            return np.dtype(helper.tensor_dtype_to_np_dtype(dtype))
-        return np.dtype(dtype)
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, TypeError, ValueError):
         return None
 
 
-def _own_float_dtype(tensor: gs.Tensor) -> np.dtype | None:
-    try:
-        dtype = tensor.dtype
-    except Exception:  # a lazily loaded constant of a type numpy lacks
-        return None
-    if dtype is None:
+def _np_dtype(dtype: Any) -> np.dtype | None:
+    """A numpy dtype from a numpy dtype or an ONNX element type; None when unknown."""
+    if dtype is None or dtype == 0:
         return None
     if isinstance(dtype, int):
-        try:
-            dtype = helper.tensor_dtype_to_np_dtype(dtype)
-        except Exception:
-            return None
-    return _as_float(dtype)
+        return np_dtype(dtype)
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        return None
+
+
+def _own_float_dtype(tensor: gs.Tensor) -> np.dtype | None:
+    dtype = _own_dtype(tensor)
+    return None if dtype is None else _as_float(dtype)
 
 
 def _as_float(dtype: Any) -> np.dtype | None:

@@ -26,9 +26,10 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx import numpy_helper
 
+from graphfix.graph.dtypes import np_dtype
 from graphfix.graph.export import elem_type, fill_node, fill_tensor_type, plain_shape
 from graphfix.graph.rewire import constant_value
-from graphfix.graph.shapes import np_dtype, proto_dim, static_count
+from graphfix.graph.shapes import proto_dim, static_count
 from graphfix.graph.walk import bodies, opset_of
 
 DATA_ELEMENTS = 64

@@ -5,12 +5,11 @@ from __future__ import annotations
 import contextlib
 import logging
 
-import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
-from onnx import helper
 
 from graphfix.graph.convert import export_skeleton
+from graphfix.graph.dtypes import np_dtype
 from graphfix.graph.protos import graph_protos
 from graphfix.graph.walk import all_graphs, tensor_map
 
@@ -224,14 +223,6 @@ def apply_inferred(graph: gs.Graph, inferred: onnx.ModelProto, refine_only: bool
     return updated
 
 
-def np_dtype(elem_type: int) -> np.dtype | None:
-    """The numpy dtype gs uses for an ONNX element type; None when numpy has none."""
-    try:
-        return helper.tensor_dtype_to_np_dtype(elem_type)
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 def _inner_variables(graph: gs.Graph) -> list[gs.Variable]:
     """Every non-constant tensor that is not an input of the graph or of a subgraph."""
     graphs = list(all_graphs(graph))
@@ -256,7 +247,8 @@ def static_count(shape: list[Dim] | None) -> int:
 
 def contradicted_types(model: onnx.ModelProto) -> tuple[str, ...]:
     """The main graph's value_info entries whose element type is not the one ONNX's
-    inference computes from the nodes (inferred without any value_info), in order. A
+    inference computes from the nodes (inferred without any value_info), in order.
+    `model` is a weightless skeleton (`graph.skeleton`): it is copied. A
     converter that retyped nodes and kept their old declarations leaves such (a float16
     Identity declared float): onnxruntime then refuses to load the model."""
     declared = [(vi.name, vi.type.tensor_type.elem_type) for vi in model.graph.value_info

@@ -9,7 +9,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 from onnx import helper
 
-_BODY_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+BODY_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 """The ops of ONNX's own domain with graph attributes (an attribute a schema does not
 declare makes the model invalid: onnx.checker and onnxruntime refuse it)."""
 _DEFAULT_DOMAINS = (None, "", "ai.onnx")
@@ -26,7 +26,7 @@ def all_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
     """
     yield graph
     for node in graph.nodes:
-        if node.op not in _BODY_OPS and node.domain in _DEFAULT_DOMAINS:
+        if node.op not in BODY_OPS and node.domain in _DEFAULT_DOMAINS:
             continue
         attrs = node.attrs
         if attrs:  # inlined `bodies`: a generator per node was a third of the walk

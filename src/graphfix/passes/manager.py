@@ -635,7 +635,8 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
         # constants compares samples of deferred weights, whole arrays otherwise)
         settle_constants(graph, state.spill)
         # a round's pass whose checks wait for the round's end is exported with them
-        late = export_late and defer and in_round and not pass_.changes_outputs
+        # (`export_late`: batched, in a preset's round, no model asked for per pass)
+        late = export_late and not pass_.changes_outputs
         candidate = None if late else to_model(graph, state.last_good)
     except GraphfixError:
         raise
