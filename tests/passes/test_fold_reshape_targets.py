@@ -273,3 +273,66 @@ def test_the_batch_of_another_input_declared_with_the_same_name_stays():
     assert_skips(FoldReshapeTargets(), _head(second_input=True), "Reshape 'out'",
                  "its target has entries not known statically (dim 0 of 'a') that neither 0 "
                  "nor a single -1 can express")
+
+
+def _attention() -> onnx.ModelProto:
+    """A decoder layer as LLaMA's TorchScript export writes it: heads split with a
+    constant target, scores plus a causal mask built from Range(0, S, 1) and expanded
+    with PyTorch's `Where(Equal(t, -1), 1, t)`, and the heads merged back with a target
+    read from the Shape of the layer's input and of the attention output."""
+    return parse(header() + """
+    g (float[N,S,8] x) => (float[N,S,8] y)
+      <int64 i0 = {0}, int64 i1 = {1}, int64 i2 = {2}, int64[1] a0 = {0},
+       int64[1] m1 = {-1}, int64[4] heads = {0, 0, 2, 4}, int64[4] neg = {-1, -1, -1, -1},
+       int64[4] ones = {1, 1, 1, 1}, int64[1] a1 = {1}, float big = {-1e4},
+       float zero = {0.0}, int64[1] four = {4}> {
+        s = Shape(x)
+        n = Gather(s, i0)
+        sq = Gather(s, i1)
+        pos = Range(i0, sq, i1)
+        row = Unsqueeze(pos, a0)
+        col = Unsqueeze(pos, a1)
+        causal = LessOrEqual(row, col)
+        n1 = Unsqueeze(n, a0)
+        s1 = Unsqueeze(sq, a0)
+        shape4 = Concat<axis=0>(n1, m1, s1, s1)
+        undef = Equal(shape4, neg)
+        wanted = Where(undef, ones, shape4)
+        mask = Expand(causal, wanted)
+        q = Reshape(x, heads)
+        qt = Transpose<perm=[0, 2, 1, 3]>(q)
+        kt = Transpose<perm=[0, 2, 3, 1]>(q)
+        scores = MatMul(qt, kt)
+        masked = Where(mask, scores, big)
+        probs = Softmax<axis=-1>(masked)
+        ctx = MatMul(probs, qt)
+        cs = Shape(ctx)
+        cn = Gather(cs, i0)
+        cseq = Gather(cs, i2)
+        cn1 = Unsqueeze(cn, a0)
+        cseq1 = Unsqueeze(cseq, a0)
+        t1 = Concat<axis=0>(cn1, m1, cseq1, four)
+        back = Reshape(ctx, t1)
+        bt = Transpose<perm=[0, 2, 1, 3]>(back)
+        n2 = Unsqueeze(n, a0)
+        t2 = Concat<axis=0>(n2, s1, m1)
+        y = Reshape(bt, t2)
+    }""")
+
+
+def test_attention_targets_copy_dims_that_masks_and_matmuls_carry():
+    """Every dim the two computed targets read is, by construction, the one at the same
+    place of the tensor reshaped (through the batched MatMuls, the Range-built mask and
+    PyTorch's expand): [0, -1, 0, 4] and [0, 0, -1], right for every N and S."""
+    model = _attention()
+    sets = [{"x": np.random.default_rng(s).standard_normal((n, q, 8), np.float32)}
+            for s, (n, q) in enumerate(((2, 5), (1, 1), (3, 7)))]
+    out, result = apply(FoldReshapeTargets(), model)
+    assert dict(result.counts) == {"made Reshape targets computed from Shape constant": 2}
+    assert target_of(out, "back") == [0, -1, 0, 4]
+    assert target_of(out, "y") == [0, 0, -1]
+    from gfhelpers import assert_idempotent, assert_same_outputs
+
+    for feeds_ in sets:
+        assert_same_outputs(model, out, feeds_)
+    assert_idempotent(FoldReshapeTargets(), out)

@@ -8,12 +8,23 @@ model runs on. This is structural: it never trusts a `dim_param` name, so two gr
 inputs both declared `batch` are two origins (onnxruntime runs them with different
 sizes, broadcasting one against the other).
 
-Broadcasting ops (Add, Mul, Where, ...) copy an output dimension from the operands
-whose aligned dimension is not statically 1; their origins must all be the same (an
-`x * sigmoid(x)` keeps x's batch), else the output is its own origin.
+Broadcasting ops (Add, Mul, Where, a batched MatMul's batch axes, Expand) copy an
+output dimension from the operands whose aligned dimension is not statically 1; their
+origins must all be the same (an `x * sigmoid(x)` keeps x's batch), else the output is
+its own origin.
+
+A dimension a shape value gives (Expand's or ConstantOfShape's shape, a Reshape
+target, Range(0, d, 1)'s length) is followed only through the caller's `values`, which
+reads such a value as entries (`fold-reshape-targets` passes its evaluator:
+`Shape(y)[k]` is dimension k of y). A Reshape with allowzero=0 copies the input's
+dimension where its target is 0: a constant 0 is that copy, and an entry computed as
+dimension k of y is y's dimension k or, where that is 0 at run time (an empty
+tensor), the input's, so it has an origin only when the two have the same one.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -28,30 +39,42 @@ _ELEMENTWISE = frozenset({
     "Round", "Sign", "Not", "Clip", "Dropout", "Softmax", "LogSoftmax", "Hardmax",
     "BatchNormalization", "InstanceNormalization", "LayerNormalization",
     "GroupNormalization", "LRN", "QuantizeLinear", "DequantizeLinear", "IsNaN", "IsInf",
-    "ThresholdedRelu", "Shrink", "CumSum", "Swish",
+    "ThresholdedRelu", "Shrink", "CumSum", "Swish", "Trilu", "LpNormalization",
+    "MeanVarianceNormalization", "ReverseSequence", "ScatterND", "ScatterElements",
+    "Scatter", "BitwiseNot",
 })
 """Output 0 has input 0's shape (the others are parameters of that shape or smaller)."""
 
 _BROADCAST = frozenset({
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mean", "Sum", "And", "Or", "Xor",
     "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "Mod", "BitShift",
+    "BitwiseAnd", "BitwiseOr", "BitwiseXor",
 })
 """Multidirectional broadcasting of all inputs (numpy's rules)."""
 
-_KEEPS_N = frozenset({"Conv", "ConvTranspose", "ConvInteger", "DeformConv"})
+_KEEPS_N = frozenset({"Conv", "ConvTranspose", "ConvInteger", "DeformConv", "QLinearConv",
+                      "DepthToSpace", "SpaceToDepth"})
 _KEEPS_NC = frozenset({"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool",
-                       "GlobalMaxPool", "GlobalLpPool", "MaxRoiPool"})
+                       "GlobalMaxPool", "GlobalLpPool", "MaxRoiPool", "GridSample"})
+_REDUCES = frozenset({
+    "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+    "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin",
+})
 
 Origin = tuple[int, int]  # (id of the tensor, axis)
+Entries = Callable[[gs.Tensor], "Sequence[int | tuple[gs.Tensor, int] | None] | None"]
+"""A caller's reader of a 0-D/1-D integer value: each entry an int, (tensor, axis) for
+that tensor's dimension, or None for unknown; None when it cannot read the value."""
 
 
 class DimOrigins:
     """Dimension origins of one graph as it is now (memoized: make a new one after the
     graph changes the nodes this walks)."""
 
-    def __init__(self, max_depth: int = 512) -> None:
+    def __init__(self, max_depth: int = 512, values: Entries | None = None) -> None:
         self._memo: dict[Origin, Origin] = {}
         self._max_depth = max_depth
+        self._values = values
 
     def same(self, a: gs.Tensor, axis_a: int, b: gs.Tensor, axis_b: int) -> bool:
         """Whether dimension `axis_a` of `a` equals dimension `axis_b` of `b` by
@@ -64,7 +87,8 @@ class DimOrigins:
         key = (id(tensor), axis)
         found = self._memo.get(key)
         if found is None:
-            source = None if depth > self._max_depth else _copied_from(tensor, axis)
+            source = None if depth > self._max_depth else _copied_from(
+                tensor, axis, self._values)
             if source is None:
                 found = key
             elif isinstance(source, list):  # broadcast operands: all the same, or none
@@ -88,7 +112,7 @@ def _ints(t: gs.Tensor | None) -> list[int] | None:
     return [int(v) for v in value.reshape(-1)]
 
 
-def _copied_from(tensor: gs.Tensor, axis: int):
+def _copied_from(tensor: gs.Tensor, axis: int, values: Entries | None = None):
     """The (operand, axis) the dimension is a copy of, a list of them for broadcasting
     (each must have the same origin), or None when no rule applies."""
     if len(tensor.inputs) != 1:
@@ -121,6 +145,28 @@ def _copied_from(tensor: gs.Tensor, axis: int):
         return _slice(node, rank, axis)
     if op in ("Resize", "Upsample"):
         return _resize(node, axis)
+    if op == "Gather":
+        return _gather(node, rank, axis)
+    if op == "GatherElements":
+        return (node.inputs[1], axis) if len(node.inputs) > 1 else None
+    if op in _REDUCES:
+        return _reduce(node, rank, axis)
+    if op == "TopK":
+        along = int(node.attrs.get("axis", -1))
+        return None if axis == (along + rank if along < 0 else along) else (x, axis)
+    if op == "Gemm":
+        return _gemm(node, axis)
+    if op == "Flatten":
+        return _flatten(node, axis)
+    if op in ("Pad", "Tile"):
+        return _unchanged_axis(node, axis)
+    if op == "RoiAlign":  # one box per row of rois, x's channels
+        return (node.inputs[1], 0) if axis == 0 and len(node.inputs) > 1 else (
+            (x, 1) if axis == 1 else None)
+    if op in ("Reshape", "Expand", "ConstantOfShape"):
+        return _shaped(node, rank, axis, values)
+    if op == "Range":
+        return _range(node, values)
     return None
 
 
@@ -155,12 +201,168 @@ def _matmul(inputs: list[gs.Tensor], rank: int, axis: int):
     if rb == 1:  # a matrix times a vector: A's shape without its last axis
         return (a, axis) if rank == ra - 1 else None
     if axis == rank - 1:
-        return (b, rb - 1) if rb >= 2 else None
+        return (b, rb - 1)
     if axis == rank - 2:
         return (a, ra - 2)
-    if rb <= 2 and ra == rank:  # batch axes of A alone (weights as B)
-        return (a, axis)
+    # batch axes: broadcast between A's and B's (B's none for weights of rank 2)
+    sources = []
+    for t, r in ((a, ra), (b, rb)):
+        k = axis - (rank - r)
+        if k >= 0 and _static_dim(t, k) != 1:
+            sources.append((t, k))
+    return sources or None
+
+
+def _gather(node: gs.Node, rank: int, axis: int):
+    """Gather(data, indices, axis=a): data's axes before a, then the indices' axes, then
+    data's after a."""
+    if len(node.inputs) < 2:
+        return None
+    data, indices = node.inputs[0], node.inputs[1]
+    r, q = _rank(data), _rank(indices)
+    if r is None or q is None or rank != r + q - 1:
+        return None
+    a = int(node.attrs.get("axis", 0))
+    a = a + r if a < 0 else a
+    if axis < a:
+        return (data, axis)
+    if axis < a + q:
+        return (indices, axis - a)
+    return (data, axis - q + 1)
+
+
+def _reduce(node: gs.Node, rank: int, axis: int):
+    """The axes a Reduce (or ArgMax/ArgMin) keeps, at their place or, without keepdims,
+    moved down past the reduced ones."""
+    x = node.inputs[0]
+    rank_in = _rank(x)
+    if rank_in is None:
+        return None
+    if node.op in ("ArgMax", "ArgMin"):
+        axes = [int(node.attrs.get("axis", 0))]
+    elif len(node.inputs) > 1 and node.inputs[1].name:
+        axes = _ints(node.inputs[1])
+        if axes is None:
+            return None
+    else:
+        axes = node.attrs.get("axes")
+    if not axes:  # none given: all of them, unless noop_with_empty_axes
+        if len(node.inputs) > 1 or not int(node.attrs.get("noop_with_empty_axes", 0)):
+            return None
+        return (x, axis) if rank == rank_in else None
+    reduced = {int(a) + rank_in if int(a) < 0 else int(a) for a in axes}
+    if int(node.attrs.get("keepdims", 1)):
+        return None if axis in reduced or rank != rank_in else (x, axis)
+    kept = [k for k in range(rank_in) if k not in reduced]
+    return (x, kept[axis]) if axis < len(kept) and len(kept) == rank else None
+
+
+def _gemm(node: gs.Node, axis: int):
+    if len(node.inputs) < 2 or axis > 1:
+        return None
+    if axis == 0:
+        return (node.inputs[0], 1 if node.attrs.get("transA", 0) else 0)
+    return (node.inputs[1], 0 if node.attrs.get("transB", 0) else 1)
+
+
+def _flatten(node: gs.Node, axis: int):
+    """Flatten to 2-D: a side made of a single input axis is that axis."""
+    x = node.inputs[0]
+    rank_in = _rank(x)
+    if rank_in is None:
+        return None
+    along = int(node.attrs.get("axis", 1))
+    along = along + rank_in if along < 0 else along
+    if axis == 0 and along == 1:
+        return (x, 0)
+    if axis == 1 and along == rank_in - 1:
+        return (x, rank_in - 1)
     return None
+
+
+def _unchanged_axis(node: gs.Node, axis: int):
+    """Pad with no padding, or Tile with a repeat of 1, on this axis (constant
+    parameters; Pad's `pads` attribute before opset 11 and `axes` input from 18)."""
+    x = node.inputs[0]
+    rank_in = _rank(x)
+    if rank_in is None:
+        return None
+    if node.op == "Tile":
+        repeats = _ints(node.inputs[1]) if len(node.inputs) > 1 else None
+        return (x, axis) if repeats is not None and len(repeats) == rank_in and (
+            repeats[axis] == 1) else None
+    pads = (_ints(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1].name
+            else node.attrs.get("pads"))
+    if pads is None:
+        return None
+    axes = (_ints(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3].name
+            else list(range(rank_in)))
+    if axes is None or len(pads) != 2 * len(axes):
+        return None
+    axes = [a + rank_in if a < 0 else a for a in axes]
+    if axis not in axes:
+        return (x, axis)
+    i = axes.index(axis)
+    return (x, axis) if pads[i] == 0 and pads[i + len(axes)] == 0 else None
+
+
+def _range(node: gs.Node, values: Entries | None):
+    """Range(0, d, 1) has d elements (d is a dimension: never negative)."""
+    if len(node.inputs) != 3 or values is None:
+        return None
+    start, limit, delta = node.inputs
+    if _ints(start) != [0] or _ints(delta) != [1]:
+        return None
+    entries = values(limit)
+    return entries[0] if entries is not None and len(entries) == 1 and isinstance(
+        entries[0], tuple) else None
+
+
+def _shaped(node: gs.Node, rank: int, axis: int, values: Entries | None):
+    """A dimension a shape value gives: Reshape (a constant 0 copies the input's, with
+    allowzero=0; any entry is that size with allowzero=1), Expand (broadcast of the
+    input and the entry), ConstantOfShape (the entry)."""
+    op, x = node.op, node.inputs[0]
+    shape = x if op == "ConstantOfShape" else (node.inputs[1] if len(node.inputs) > 1
+                                                else None)
+    if shape is None:
+        return None
+    constant = _ints(shape)
+    entries = constant if constant is not None else (
+        values(shape) if values is not None else None)
+    if entries is None or len(entries) != rank and op != "Expand":
+        return None
+    if op == "Reshape":
+        entry = entries[axis]
+        if int(node.attrs.get("allowzero", 0)):
+            return entry if isinstance(entry, tuple) else None
+        if entry == 0:  # copies the input's
+            return (x, axis)
+        if not isinstance(entry, tuple):
+            return None
+        # the entry's size, or the input's where that size is 0 at run time: one
+        # number when the two have one origin
+        rank_in = _rank(x)
+        return [entry, (x, axis)] if rank_in is not None and axis < rank_in else entry
+    if op == "ConstantOfShape":
+        entry = entries[axis]
+        return entry if isinstance(entry, tuple) else None
+    sources = []  # Expand: broadcast of the input and the shape, right-aligned
+    for length, source in ((_rank(x), x), (len(entries), None)):
+        if length is None:
+            return None
+        k = axis - (rank - length)
+        if k < 0:
+            continue
+        if source is None:
+            entry = entries[k]
+            if isinstance(entry, tuple):
+                sources.append(entry)
+            elif entry != 1:
+                return None  # a static size, or one not known
+        elif _static_dim(x, k) != 1:
+            sources.append((x, k))
+    return sources or None
 
 
 def _unsqueeze_squeeze(node: gs.Node, rank: int, axis: int):

@@ -36,7 +36,9 @@ gets its static shape, so a chain of such Reshapes folds in one run.
 
 Evaluated: initializers and Constant nodes, Shape (start/end, opset 15+), Cast to
 an integer type, Identity, Concat, Slice, Gather (axis 0), Unsqueeze/Squeeze of
-0-D/1-D values. Anything else (Mul, Add, ...) is an unknown entry when its shape is
+0-D/1-D values, and `Where(Equal(v, k), a, v)` entry by entry where the condition is
+known (PyTorch's `expand` writes its -1 entries so; a dimension never equals a
+negative k). Anything else (Mul, Add, ...) is an unknown entry when its shape is
 known; a target with more than one unknown entry stays, with a note.
 """
 
@@ -136,7 +138,7 @@ class FoldReshapeTargets(Pass):
         pending = list(candidates)
         for _ in range(MAX_ROUNDS):
             refused: list[tuple[gs.Node, str]] = []
-            origins = DimOrigins()  # the shapes are new each round
+            origins = DimOrigins(values=_entries_reader(opset))  # new shapes each round
             for node in pending:
                 target = _target(node, opset, origins)
                 if isinstance(target, gs.Tensor):
@@ -204,6 +206,17 @@ def _target(node: gs.Node, opset: int, origins: DimOrigins) -> list[int] | gs.Te
         f"({', '.join(_describe(value.entries[i]) for i in free)}) that neither 0 nor a "
         "single -1 can express"
     )
+
+
+def _entries_reader(opset: int):
+    """`evaluate` as `DimOrigins` reads a shape value: (tensor, axis) for a dimension."""
+    def entries(tensor: gs.Tensor) -> list | None:
+        value = evaluate(tensor, opset)
+        if isinstance(value, str):
+            return None
+        return [(e.tensor, e.axis) if isinstance(e, Dim) else e if isinstance(e, int) else None
+                for e in value.entries]
+    return entries
 
 
 def _whole_shape_of(value: Value) -> gs.Tensor | None:
@@ -375,7 +388,58 @@ def _squeeze(node: gs.Node, opset: int, depth: int) -> Value | str:
     return Value(data.entries, scalar=True)
 
 
+def _equal(node: gs.Node, opset: int, depth: int) -> Value | str:
+    """Entry by entry, 1 or 0 where known (a dimension is never negative), else opaque."""
+    pair = _broadcast_values(node, opset, depth)
+    if isinstance(pair, str):
+        return pair
+    (a, b), scalar = pair
+    out = node.outputs[0]
+    entries: list[Entry] = []
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        if isinstance(x, int) and isinstance(y, int):
+            entries.append(int(x == y))
+        elif isinstance(x, Dim) and isinstance(y, int) and y < 0 or (
+                isinstance(y, Dim) and isinstance(x, int) and x < 0):
+            entries.append(0)
+        elif isinstance(x, Dim) and x == y:
+            entries.append(1)
+        else:
+            entries.append(Opaque(out, i))
+    return Value(tuple(entries), scalar)
+
+
+def _where(node: gs.Node, opset: int, depth: int) -> Value | str:
+    """The chosen entry where the condition is known, else opaque."""
+    parts = _broadcast_values(node, opset, depth)
+    if isinstance(parts, str):
+        return parts
+    (cond, a, b), scalar = parts
+    out = node.outputs[0]
+    entries = [x if c == 1 and isinstance(c, int) else y if c == 0 and isinstance(c, int)
+               else Opaque(out, i) for i, (c, x, y) in enumerate(zip(cond, a, b, strict=True))]
+    return Value(tuple(entries), scalar)
+
+
+def _broadcast_values(node: gs.Node, opset: int, depth: int
+                      ) -> tuple[list[tuple[Entry, ...]], bool] | str:
+    """The inputs' entries, each 1-entry value repeated to the others' length."""
+    values = []
+    for inp in node.inputs:
+        value = evaluate(inp, opset, depth)
+        if isinstance(value, str):
+            return value
+        values.append(value)
+    length = max(len(v.entries) for v in values)
+    if any(len(v.entries) not in (1, length) for v in values):
+        return f"{node.op} '{node.outputs[0].name}' broadcasts values of different lengths"
+    return ([v.entries * length if len(v.entries) == 1 else v.entries for v in values],
+            all(v.scalar for v in values))
+
+
 _RULES = {
+    "Equal": _equal,
+    "Where": _where,
     "Shape": _shape,
     "Cast": _passthrough,
     "Identity": _passthrough,
