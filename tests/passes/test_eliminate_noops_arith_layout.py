@@ -244,3 +244,30 @@ def test_transpose_of_size_one_axes_without_a_reshape_stays():
     model = parse(header() + """
     g (float[1,4,1] x) => (float[4,1,1] y) { y = Transpose<perm=[1, 0, 2]>(x) }""")
     assert_kept(model, "Transpose 'y'", "its permutation (1, 0, 2) is not the identity")
+
+
+def _zero_bias(shape: tuple[int, ...]) -> onnx.ModelProto:
+    from gfhelpers import build_model, init, value
+
+    nodes = [onnx.helper.make_node("Add", ["x", "bias"], ["a"]),
+             onnx.helper.make_node("Softmax", ["a"], ["y"], axis=-1)]
+    return build_model(nodes, [value("x", ["N", *shape])], [value("y", ["N", *shape])],
+                       [init("bias", np.zeros(shape, np.float32))])
+
+
+def test_a_zero_attention_bias_table_goes():
+    """EfficientFormerV2's attention bias, zero in a random-weight export: 8 x 49 x 196
+    elements, more than a bias vector, within `MAX_NEUTRAL_ELEMENTS`."""
+    x = np.random.default_rng(0).standard_normal((2, 8, 49, 196), np.float32)
+    assert_removes(_zero_bias((8, 49, 196)), ["Softmax"],
+                   {"removed Add of the neutral constant 0": 1}, [{"x": x}])
+
+
+def test_a_constant_over_the_read_limit_is_not_read():
+    from graphfix.passes._noop_single import MAX_NEUTRAL_ELEMENTS
+
+    model = _zero_bias((MAX_NEUTRAL_ELEMENTS + 1,))
+    graph = to_graph(model)
+    result = EliminateNoops().run(graph, PassContext())
+    assert not result.changed
+    assert [n.op for n in graph.nodes] == ["Add", "Softmax"]

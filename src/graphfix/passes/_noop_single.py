@@ -112,9 +112,11 @@ def split(node: gs.Node, view: View) -> Plan | None:
 
 _NEUTRAL = {"Add": 0, "Sub": 0, "Mul": 1, "Div": 1}
 
-MAX_NEUTRAL_ELEMENTS = 1 << 16
-"""Largest constant read to see whether every element is neutral (a bias vector or a
-LayerScale; a zero-initialized Linear bias in an export with random weights is common)."""
+MAX_NEUTRAL_ELEMENTS = 1 << 20
+"""Largest constant read to see whether every element is neutral (a bias vector, a
+LayerScale, an attention bias table: a zero-initialized one in an export with random
+weights is common; EfficientFormerV2's is 8 x 49 x 196). Read without caching, so
+at most 4 MiB (float32) in memory at a time."""
 
 
 def arithmetic(node: gs.Node, view: View) -> Plan | str | None:
