@@ -400,6 +400,55 @@ def test_single_input_concat_goes():
     assert_removes(model, ["Neg"], {"removed single-input Concat": 1})
 
 
+def _with_empty(body: str) -> onnx.ModelProto:
+    """YOLOv8's NMS export: the mask-coefficient part of each box row is a slice
+    84:84, empty, concatenated with the box, score and class."""
+    return onnx.shape_inference.infer_shapes(parse(header() + f"""
+    g (float[N,6] x) => (float[N,K] y)
+      <int64[1] s84 = {{4}}, int64[1] one = {{1}}, float[0] none = {{}}> {{
+        e = Slice(x, s84, s84, one)
+        {body}
+        y = Neg(c)
+    }}"""), strict_mode=True)
+
+
+def test_empty_concat_inputs_go():
+    model = _with_empty("b = Relu(x) c = Concat<axis=1>(x, e, b)")
+    x = np.random.default_rng(0).standard_normal((3, 6), np.float32)
+    out = assert_removes(model, ["Relu", "Concat", "Neg"],
+                         {"dropped empty Concat inputs": 1}, [{"x": x}])
+    assert list(out.graph.node[1].input) == ["x", "b"]
+
+
+@pytest.mark.parametrize("body", [
+    "c = Concat<axis=-1>(x, e)",
+    "c = Concat<axis=1>(e, x)",
+])
+def test_a_concat_with_one_non_empty_input_goes(body):
+    x = np.random.default_rng(0).standard_normal((3, 6), np.float32)
+    assert_removes(_with_empty(body), ["Neg"],
+                   {"removed Concat whose other inputs are empty": 1}, [{"x": x}])
+
+
+def test_an_empty_constant_concatenated_to_a_shape_goes():
+    model = parse(header() + """
+    g (float[N,6] x) => (float[2] y) <int64[0] none = {}> {
+        s = Shape(x)
+        c = Concat<axis=0>(s, none)
+        y = Cast<to=1>(c)
+    }""")
+    assert_removes(model, ["Shape", "Cast"],
+                   {"removed Concat whose other inputs are empty": 1})
+
+
+def test_a_concat_of_only_empty_inputs_is_not_a_candidate():
+    model = _with_empty("c = Concat<axis=1>(e, e)")
+    graph = to_graph(model)
+    result = EliminateNoops().run(graph, PassContext())
+    assert not result.changed
+    assert [n.op for n in graph.nodes] == ["Slice", "Concat", "Neg"]
+
+
 @pytest.mark.parametrize("bounds", [
     f"st = {{0}}, en = {{{INT64_MAX}}}, ax = {{1}}",
     "st = {-3}, en = {100}, ax = {1}",

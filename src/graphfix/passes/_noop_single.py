@@ -36,7 +36,8 @@ class Plan:
     """A rewrite of one node: it goes (`remove`) or stays with new attributes, a new
     second input (`operand`, named after `operand_role`) or a new op type (`op`).
 
-    `source` replaces its first input; `drop` is the node before it that goes too.
+    `source` replaces its first input; `drop` is the node before it that goes too;
+    `inputs` replaces all of its inputs (a node that stays).
     """
 
     count: str
@@ -47,6 +48,7 @@ class Plan:
     operand: np.ndarray | None = None
     operand_role: str = "shape"
     op: str | None = None
+    inputs: list[gs.Tensor] | None = None
 
 
 @dataclass
@@ -156,7 +158,26 @@ def _small_constant_shape(tensor: gs.Tensor) -> list[int] | None:
 
 
 def concat(node: gs.Node, view: View) -> Plan | None:
-    return Plan("removed single-input Concat") if len(node.inputs) == 1 else None
+    """A single-input Concat returns it; inputs of size 0 along the axis add nothing
+    (exporters leave them where a head has no mask coefficients or keypoints, and
+    TensorRT handles empty tensors poorly): they go, and with one input left so does
+    the Concat. An input counts as empty only where its shape says so statically."""
+    if len(node.inputs) == 1:
+        return Plan("removed single-input Concat")
+    ranks = {len(t.shape) for t in node.inputs if t.shape is not None}
+    if len(ranks) != 1:
+        return None
+    rank = ranks.pop()
+    axis = int(node.attrs.get("axis", 0))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank:
+        return None
+    kept = [t for t in node.inputs if not (t.shape is not None and t.shape[axis] == 0)]
+    if len(kept) == len(node.inputs) or not kept:
+        return None  # nothing empty, or all of it (the output is empty too)
+    if len(kept) == 1:
+        return Plan("removed Concat whose other inputs are empty", source=kept[0])
+    return Plan("dropped empty Concat inputs", remove=False, inputs=kept)
 
 
 def slice_(node: gs.Node, view: View) -> Plan | str:

@@ -14,6 +14,8 @@ Each rule, with x the first input and y the output::
     Transpose(x, p)                  -> Reshape(x, s)      when p moves only size-1 axes
                                                           and a Reshape is next to it
     Concat(x), Split(x) (one output) -> x
+    Concat(..., e, ...)              -> Concat(...)   e of size 0 along the axis (static);
+                                                      x when one input is left
     Slice(x, whole range, step 1)    -> x
     Pad(x, pads=0)                   -> x          (any mode)
     x + 0, x - 0, x * 1, x / 1       -> x          when every element of the constant (at
@@ -85,7 +87,8 @@ class EliminateNoops(Pass):
     two Unsqueezes merged into one; a Transpose that moves only size-1 axes (so
     the data order is unchanged) and reads from or feeds a Reshape, turned into a
     Reshape so the pair collapses (static shape with at most one unknown dim);
-    single-input Concat; single-output Split; Slice covering every sliced axis
+    single-input Concat, and Concat inputs empty along its axis (a static 0);
+    single-output Split; Slice covering every sliced axis
     (opset < 10 attributes, inputs from 10); Pad whose pads are all 0 (attribute
     before opset 11, input from 11), any mode; Add/Sub of 0 and Mul/Div by 1 (one
     element constant, not adding dimensions; the constant may come first for Add
@@ -167,6 +170,9 @@ def _apply(view: View, node: gs.Node, plan: Plan, allow: Callable[[], bool]) -> 
     if plan.remove:
         bypass(view.g, node)
     else:
+        if plan.inputs is not None:
+            node.inputs.clear()
+            node.inputs.extend(plan.inputs)
         if plan.op is not None:
             node.op = plan.op
             node.attrs.clear()
