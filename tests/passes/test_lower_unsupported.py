@@ -99,7 +99,7 @@ def _stays(model, trt, notes, options=None) -> None:
 def _opset_note(opset: int, trt: str, high: int = 17) -> tuple[str, str]:
     return ("graph", f"the model's opset {opset} is above the {high} that TensorRT {trt} "
                      f"parses; opset{{version={high}}} after this pass converts it (the "
-                     "default --trt pipeline ends with opset{to-target=true})")
+                     "default --trt pipeline runs opset{to-target=true} near its end)")
 
 
 # ----------------------------------------------------------------------------- LayerNormalization
@@ -492,7 +492,7 @@ def test_reduce_axes_input_points_at_the_opset_pass():
     _stays(_reduce(18, axes_node=False), "8.4", [
         ("ReduceMean 'rm'", "its axes are an input (from opset 18), which TensorRT 8.4 cannot "
          "read: it parses opsets up to 17, where ReduceMean takes axes as an attribute; "
-         "opset{version=17} (opset{to-target=true}, last in the default --trt pipeline) "
+         "opset{version=17} (opset{to-target=true}, near the end of the default --trt pipeline) "
          "converts the model and moves constant axes into the attribute (not done here: the "
          "model declares opset 18)"),
         _opset_note(18, "8.4")])
@@ -804,3 +804,25 @@ def test_doctor_names_the_pass_for_an_fp16_fill_and_run_for_8_6_clears_it():
     assert_same_outputs(model, result.model, {"x": x}, rtol=0, atol=0)
     again = api_run(result.model, trt="8.6", input_shapes={"x": [3, 4]})
     assert onnx.printer.to_text(again.model.graph) == onnx.printer.to_text(result.model.graph)
+
+
+def test_the_default_trt_pipeline_output_is_a_fixed_point():
+    """Each Gelu-20 lowered for TensorRT 8.6 brings its own 0.5, 1 and sqrt(1/2); without
+    dedup-constants after the lowering, a second `run --trt 8.6` shared them and wrote
+    another model (probe 4: timm convnextv2 from the dynamo exporter)."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"]), helper.make_node("Gelu", ["a"], ["b"]),
+             helper.make_node("MatMul", ["b", "w2"], ["c"]), helper.make_node("Gelu", ["c"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])],
+        [numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), n)
+         for n in ("w1", "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+    first = api_run(model, trt="8.6").model
+    assert "Gelu" not in ops(first) and first.opset_import[0].version == 17
+    constants = [numpy_helper.to_array(i).tobytes() for i in first.graph.initializer
+                 if numpy_helper.to_array(i).size == 1]
+    assert len(constants) == len(set(constants))  # each scalar once
+    second = api_run(first, trt="8.6").model
+    assert second.SerializeToString() == first.SerializeToString()

@@ -350,8 +350,8 @@ def _reduce_axes(node: gs.Node, env: Env, target) -> str | None:
     if since is not None and bounds is not None and bounds[1] < since:
         return (f"its axes are an input (from opset {since}), which {target.label()} cannot "
                 f"read: it parses opsets up to {bounds[1]}, where {node.op} takes axes as an "
-                f"attribute; opset{{version={bounds[1]}}} (opset{{to-target=true}}, last in "
-                f"the default --trt pipeline) converts the model and moves constant axes into "
+                f"attribute; opset{{version={bounds[1]}}} (opset{{to-target=true}}, near the end "
+                f"of the default --trt pipeline) converts the model and moves constant axes into "
                 f"the attribute (not done here: the model declares opset {env.opset})")
     row = target.op(node.op)
     text = row.restrictions if row is not None else ""
@@ -368,5 +368,5 @@ def _opset_note(opset: int, target) -> list[Note]:
         return []
     return [Note("graph", f"the model's opset {opset} is above the {bounds[1]} that "
                           f"{target.label()} parses; opset{{version={bounds[1]}}} after this "
-                          "pass converts it (the default --trt pipeline ends with "
-                          "opset{to-target=true})")]
+                          "pass converts it (the default --trt pipeline runs "
+                          "opset{to-target=true} near its end)")]
