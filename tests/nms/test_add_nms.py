@@ -170,3 +170,58 @@ def test_check_detections_from_the_command_line(tmp_path):
     assert "detections match" in ok.output and "matched 100.0% / 100.0%" in ok.output
     bad = runner.invoke(app, ["check", paths[1], paths[2], "--detections"])
     assert bad.exit_code == 1 and "DIFFER" in bad.output
+
+
+def _ultralytics_head(extra: str | None) -> onnx.ModelProto:
+    """ultralytics' head layout: Concat(boxes, Sigmoid(classes)[, extra]) on axis 1; with
+    `extra` "keypoints" a raw Conv part follows the scores (pose: 51 keypoint channels,
+    here 6), with "protos" the model also outputs [B, 32, H, W] mask prototypes."""
+    rng = np.random.default_rng(0)
+    ch = 4 + C + (6 if extra == "keypoints" else 0)
+    inits = [numpy_helper.from_array((rng.standard_normal((ch, 3, 3, 3)) * 0.6).astype(
+                 np.float32), "w"),
+             numpy_helper.from_array(np.array([B, ch, N], np.int64), "flat")]
+    parts = ["box", "cls"] + (["kpt"] if extra == "keypoints" else [])
+    splits = [4, C] + ([6] if extra == "keypoints" else [])
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Reshape", ["c", "flat"], ["r"]),
+             helper.make_node("Split", ["r"], ["box_raw", "cls_raw"] + parts[2:], axis=1,
+                              split=splits),
+             helper.make_node("Mul", ["box_raw", "box_raw"], ["box"]),
+             helper.make_node("Sigmoid", ["cls_raw"], ["cls"]),
+             helper.make_node("Concat", parts, ["head"], axis=1)]
+    outputs = [helper.make_tensor_value_info("head", 1, [B, ch, N])]
+    if extra == "protos":
+        nodes.append(helper.make_node("Relu", ["c"], ["protos"]))
+        outputs.append(helper.make_tensor_value_info("protos", 1, [B, ch, HW, HW]))
+    graph = helper.make_graph(nodes, "det", [helper.make_tensor_value_info("x", 1, [B, 3, HW, HW])],
+                              outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+    model.ir_version = 7
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_a_plain_ultralytics_head_is_a_detection_head():
+    head = find_head(to_graph(_ultralytics_head(None)))
+    assert head.num_classes == C and head.channel_major
+
+
+@pytest.mark.parametrize("extra, reason", [
+    ("keypoints", "the head 'head' concatenates 'kpt' (Split) after its class scores (the "
+                  "Sigmoid 'cls'): keypoints, mask coefficients or an angle (a pose, "
+                  "segmentation or oriented-box head), which add-nms would score as classes "
+                  "and drop from its outputs; not added"),
+    ("protos", f"besides the head 'head', output 'protos' [{B}, {4 + C}, {HW}, {HW}] has rank "
+               "4, like a segmentation model's mask prototypes: the head's channels after "
+               "the class scores would then be mask coefficients, which add-nms would score "
+               "as classes; not added"),
+])
+def test_pose_and_segmentation_heads_are_refused(extra, reason):
+    """Probe 4: a YOLOv8-pose head's 51 keypoint channels were NMSed as classes, its
+    scores were pixel coordinates, and the pass said it verified itself."""
+    model = _ultralytics_head(extra)
+    assert find_head(to_graph(model)) == reason
+    graph = to_graph(model)
+    result = AddNms().run(graph, PassContext())
+    assert not result.changed and [n.reason for n in result.notes] == [reason]

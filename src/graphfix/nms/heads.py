@@ -10,6 +10,13 @@ YOLOv8's, on axis 2/-1 YOLOv5's; a Transpose(perm [0,2,1]) of a channel-major te
 box-major YOLOv8 head ([B, N, 4+C], no objectness). `find_head` returns the head or the
 reason there is none; `head=` forces a style when the shape cannot tell (an [B, N, 85]
 head is YOLOv5 with 80 classes or a transposed YOLOv8 with 81).
+
+Pose, segmentation and oriented-box heads have the same layout with more channels after
+the class scores (keypoints, mask coefficients, an angle): ultralytics writes them as
+`Concat(boxes, Sigmoid(classes), extra)` on the channel axis. A head whose channel Concat
+has parts after its last Sigmoid part, or a model with a rank-4 float output beside the
+head (a segmentation model's mask prototypes), is refused with that reason: its extra
+channels would be scored as classes.
 """
 
 from __future__ import annotations
@@ -64,7 +71,41 @@ def find_head(graph: gs.Graph, style: str = "auto") -> RawHead | str:
         return f"'{t.name}' {t.shape} has {channels} channels: too few for a {style} head"
     if objectness and channel_major:
         return f"'{t.name}' {t.shape} is channel-major, which YOLOv5 heads are not"
+    extra = _extra_channels(graph, t, channel_major)
+    if extra:
+        return extra
     return RawHead(t.name, style, classes, objectness, channel_major)  # type: ignore[arg-type]
+
+
+def _extra_channels(graph: gs.Graph, t: gs.Tensor, channel_major: bool) -> str | None:
+    """Why the head carries channels that are not boxes or class scores, or None."""
+    for other in graph.outputs:
+        if other is not t and other.shape is not None and len(other.shape) == 4 and (
+                other.dtype is None or str(other.dtype).startswith("float")):
+            return (f"besides the head '{t.name}', output '{other.name}' {other.shape} has "
+                    "rank 4, like a segmentation model's mask prototypes: the head's channels "
+                    "after the class scores would then be mask coefficients, which add-nms "
+                    "would score as classes; not added")
+    source = t
+    if not channel_major and _transposed(t):
+        source, channel_major = t.inputs[0].inputs[0], True
+    concat = source.inputs[0] if len(source.inputs) == 1 else None
+    if concat is None or concat.op != "Concat" or source.shape is None:
+        return None
+    axis = int(concat.attrs.get("axis", 0))
+    axis = axis + len(source.shape) if axis < 0 else axis
+    if axis != (1 if channel_major else 2):
+        return None
+    producers = [p.inputs[0].op if len(p.inputs) == 1 else None for p in concat.inputs]
+    sigmoids = [i for i, op in enumerate(producers) if op == "Sigmoid"]
+    if not sigmoids or sigmoids[-1] == len(producers) - 1:
+        return None
+    after = concat.inputs[sigmoids[-1] + 1:]
+    described = ", ".join(f"'{p.name}' ({p.inputs[0].op})" for p in after)
+    return (f"the head '{t.name}' concatenates {described} after its class scores (the "
+            f"Sigmoid '{concat.inputs[sigmoids[-1]].name}'): keypoints, mask coefficients "
+            "or an angle (a pose, segmentation or oriented-box head), which add-nms would "
+            "score as classes and drop from its outputs; not added")
 
 
 def _channel_major(t: gs.Tensor) -> bool | str:

@@ -18,7 +18,9 @@ cannot judge the pass (`changes_outputs`); it checks itself: on the run's check 
 (`PassContext.samples`: --data, --input-value) and three seeded inputs the new
 model's detections (plugin nodes run as their reference forms) must match a plain numpy NMS
 of the raw head (`graphfix.nms.reference`) — every box matched at IoU >= 0.99 both ways,
-same classes, same count — or the pass changes nothing and says why.
+same classes, same count — or the pass changes nothing and says why. Pose, segmentation
+and oriented-box heads are refused (`graphfix.nms.heads`: their keypoints, mask
+coefficients or angle would be scored as classes).
 """
 
 from __future__ import annotations
