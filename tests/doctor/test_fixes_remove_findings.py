@@ -178,6 +178,27 @@ def local_function() -> onnx.ModelProto:
     return m
 
 
+def qdq_int32_bias() -> onnx.ModelProto:
+    """onnxruntime quantize_static's Q/DQ Conv: int8 input and per-channel weights, and an
+    INT32 bias dequantized with scale = input scale * weight scale."""
+    rng = np.random.default_rng(0)
+    w_scale = (rng.random(4) * 0.01 + 0.001).astype(np.float32)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="q"),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"], name="dq"),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], name="dqw",
+                              axis=0),
+             helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"], name="dqb",
+                              axis=0),
+             helper.make_node("Conv", ["xd", "wd", "bd"], ["y"], name="conv")]
+    inits = [const("xs", 0.02, np.float32), const("xz", 0, np.int8),
+             const("wq", rng.integers(-127, 128, (4, 3, 1, 1)), np.int8),
+             const("ws", w_scale, np.float32), const("wz", np.zeros(4), np.int8),
+             const("bq", rng.integers(-5000, 5000, 4), np.int32),
+             const("bs", w_scale * np.float32(0.02), np.float32),
+             const("bz", np.zeros(4), np.int32)]
+    return model(nodes, [vi("x", F, [1, 3, 4, 4])], [vi("y", F, [1, 4, 4, 4])], inits)
+
+
 # ----------------------------------------------------------------------------- cases
 
 
@@ -223,6 +244,7 @@ CASES = (
     Case("dynamic-input", "", dynamic_batch, "10.16", "fix-shapes{x=1x3x8x8}"),
     Case("int64-input", "", int64_input, "8.6", "int64-to-int32"),
     Case("custom-op-unknown", "pkg::Block", local_function, "8.6", "inline-functions"),
+    Case("dtype-unsupported", "DequantizeLinear", qdq_int32_bias, "10.16", "lower-unsupported"),
 )
 
 

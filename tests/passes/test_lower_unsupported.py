@@ -826,3 +826,64 @@ def test_the_default_trt_pipeline_output_is_a_fixed_point():
     assert len(constants) == len(set(constants))  # each scalar once
     second = api_run(first, trt="8.6").model
     assert second.SerializeToString() == first.SerializeToString()
+
+
+def _qdq_conv(bias_out: bool = False, uint8_weights: bool = False) -> onnx.ModelProto:
+    """onnxruntime quantize_static's Q/DQ Conv: int8 activations, per-channel weights and
+    an INT32 bias dequantized with scale = input scale * weight scale."""
+    rng = np.random.default_rng(0)
+    w_scale = (rng.random(4) * 0.01 + 0.001).astype(np.float32)
+    wtype = np.uint8 if uint8_weights else np.int8
+    weights = rng.integers(0 if uint8_weights else -127, 128, (4, 3, 3, 3)).astype(wtype)
+    inits = [numpy_helper.from_array(np.array(0.02, np.float32), "xs"),
+             numpy_helper.from_array(np.array(0, np.int8), "xz"),
+             numpy_helper.from_array(weights, "wq"), numpy_helper.from_array(w_scale, "ws"),
+             numpy_helper.from_array(np.zeros(4, wtype), "wz"),
+             numpy_helper.from_array(rng.integers(-5000, 5000, 4).astype(np.int32), "bq"),
+             numpy_helper.from_array(w_scale * np.float32(0.02), "bs"),
+             numpy_helper.from_array(np.zeros(4, np.int32), "bz")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+             helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd", "bd"], ["y"], pads=[1, 1, 1, 1])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])]
+    if bias_out:
+        outputs.append(helper.make_tensor_value_info("bd", TensorProto.FLOAT, [4]))
+    graph = helper.make_graph(
+        nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+@pytest.mark.parametrize("trt", ["10.16", "8.6"])
+def test_an_int32_bias_dequantize_becomes_its_float_constant(trt):
+    """Probe 4: every onnxruntime quantize_static Q/DQ model has one per Conv/Gemm, and
+    no TensorRT table lists DequantizeLinear for INT32 (TensorRT quantizes biases itself);
+    the constant is (q - zero point) * scale in float32, bit for bit onnxruntime's."""
+    out = _lowers(_qdq_conv(), trt, ["QuantizeLinear", "DequantizeLinear",
+                                     "DequantizeLinear", "Conv"],
+                  {"stored INT32 DequantizeLinear outputs as float constants": 1},
+                  rtol=0, atol=0)
+    bias = {i.name: numpy_helper.to_array(i) for i in out.graph.initializer}[
+        out.graph.node[-1].input[2]]
+    assert bias.dtype == np.float32 and bias.shape == (4,)
+    assert diagnose(out, parse_target(trt)).blocking_nodes() == []
+
+
+def test_an_int32_dequantize_the_target_cannot_fold_stays_with_the_reason():
+    rows = "TensorRT 10.16 lists DequantizeLinear for INT8, FP8, FP4, INT4 only"
+    _stays(_qdq_conv(bias_out=True), "10.16",
+           [("DequantizeLinear 'bd'", f"{rows}, and its output is a graph output")])
+
+
+def test_uint8_weights_are_not_dequantized_into_float():
+    """A UINT8 weight is a quantization choice (doctor says how to change it), not a
+    bias: folding it would silently take the Conv out of INT8."""
+    graph = to_graph(_qdq_conv(uint8_weights=True))
+    result = LowerUnsupported().run(graph, _ctx("10.16"))
+    assert dict(result.counts) == {"stored INT32 DequantizeLinear outputs as float constants": 1}
+    assert [n.op for n in graph.nodes if n.outputs] == [
+        "QuantizeLinear", "DequantizeLinear", "DequantizeLinear", "Conv"]

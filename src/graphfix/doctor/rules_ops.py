@@ -126,8 +126,10 @@ def _typed_tensor(ref: NodeRef) -> str:
 def _dtype_fix(type_name: str, op: str, listed: str, target: TrtTarget) -> str:
     """`listed`: the types the table lists for `op`, as "FP32, INT32"."""
     if op == "DequantizeLinear" and type_name == "INT32":
-        return ("keep biases in float: store the dequantized bias as a float initializer "
-                "(TensorRT quantizes biases itself; graphfix calibrate puts no Q/DQ on bias)")
+        return ("keep biases in float: lower-unsupported (the default --trt pipeline runs "
+                "it) stores a constant bias's dequantized values as a float initializer, "
+                "exactly (TensorRT quantizes biases itself; graphfix calibrate puts no Q/DQ "
+                "on bias)")
     if op == "ConstantOfShape" and type_name in FLOAT_FILLS:
         return _float_fill_fix(type_name, target)
     fix = _cast_fix(type_name, op, listed)

@@ -19,6 +19,12 @@ sums and extrema of BOOL values, NonZero), else left with a note saying why the 
 result could differ. So is a ConstantOfShape with an FP16 or BF16 value up to 10.0
 (every such value is a float32 one), where the target's Cast row lists that type.
 
+A DequantizeLinear of an INT32 constant where the target's row does not list INT32 (the
+bias that onnxruntime's quantize_static writes for every Conv and Gemm of a Q/DQ model;
+TensorRT quantizes biases itself) becomes the float constant it computes:
+(x - zero_point) * scale in float32, as onnxruntime computes it (float32 scales, no
+blocks; the output must not be a graph output).
+
 ReduceX ops whose axes come as an input are not rewritten here. Axes moved from an
 attribute to an input in the opset where the schema says so (ReduceSum 13, the others
 18). A target whose newest parsed opset predates that cannot read the input, but such a
@@ -40,12 +46,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
+import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper
 
 from graphfix.errors import GraphfixError
-from graphfix.graph import all_graphs, is_onnx, names_in_use, node_label, opset_of
+from graphfix.graph import (
+    all_graphs,
+    constant_value,
+    is_graph_output,
+    is_onnx,
+    names_in_use,
+    node_label,
+    opset_of,
+)
 from graphfix.graph.dtypes import float_dtype
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
 from graphfix.plugins.lowering import (
@@ -111,7 +126,8 @@ class LowerUnsupported(Pass):
     where the target lists only float types for them and that is exact (RoBERTa's
     position ids, T5's bucket clamp, Mask2Former's mask counts, detectors' NonZero), and
     an FP16/BF16 ConstantOfShape where the target lists it for FP32 only (fp16 YOLOv8
-    heads with a dynamic batch).
+    heads with a dynamic batch), and stores the INT32 DequantizeLinear of a constant (the
+    bias of onnxruntime's Q/DQ models) as the float constant it computes.
 
     Handles any LayerNormalization axis (a positive one needs the input's rank),
     stash_type (Cast in and out when it differs from the input type), an absent bias,
@@ -152,6 +168,15 @@ class LowerUnsupported(Pass):
                     continue
                 if checked == NATIVE:
                     native.setdefault(node.op, []).append(node_label(node))
+                elif isinstance(checked, _Folded):
+                    if ctx.allow_rewrite(self.name, f"{node_label(node)} into a constant"):
+                        out = node.outputs[0]
+                        out.to_constant(checked.value)
+                        out.inputs.clear()
+                        result.counts[f"stored {checked.type_name} DequantizeLinear "
+                                      "outputs as float constants"] += 1
+                    else:
+                        result.notes.append(Note(node_label(node), LIMIT_REACHED))
                 elif isinstance(checked, str):
                     result.notes.append(Note(node_label(node), checked))
                 elif not ctx.allow_rewrite(self.name, f"{node_label(node)} into "
@@ -193,6 +218,8 @@ def _check(node: gs.Node, env: Env, target, forced: frozenset[str], plugins: _Pl
         why = FORCED
     elif target is None:
         return None
+    elif node.op == "DequantizeLinear":
+        return _dequantized_constant(node, env, target)
     elif node.op in RETYPES and parses(target, node.op):
         return _retype(node, env, target)
     elif lowering is None:
@@ -245,6 +272,56 @@ def _retype(node: gs.Node, env: Env, target) -> _Plan | str | None:
         return (f"{why}, and computing it in float32 needs {', '.join(missing)}, which "
                 f"{target.label()} does not parse")
     return _Plan(emit, ops, note)
+
+
+@dataclass(frozen=True)
+class _Folded:
+    """A DequantizeLinear to replace by the constant it computes."""
+
+    value: np.ndarray
+    type_name: str
+
+
+def _dequantized_constant(node: gs.Node, env: Env, target) -> _Folded | str | None:
+    """A DequantizeLinear of a constant of a type the target's row does not list, as the
+    float32 constant it computes (module docstring), else why not; None when the row lists
+    the type or the input is not a constant (doctor says what to do then)."""
+    x = node.inputs[0]
+    value = constant_value(x)
+    if value is None or value.dtype.kind not in "iu":
+        return None
+    try:
+        elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+    except (KeyError, TypeError, ValueError):
+        return None
+    unlisted = target.unlisted_type("DequantizeLinear", elem)
+    if unlisted != "INT32":  # a bias; a weight's type (UINT8) is a quantization choice
+        return None
+    why = f"{target.label()} lists DequantizeLinear for {', '.join(target.op(node.op).types)} only"
+    scale = constant_value(node.inputs[1]) if len(node.inputs) > 1 else None
+    zero = constant_value(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2].name else None
+    if scale is None or (len(node.inputs) > 2 and node.inputs[2].name and zero is None):
+        return f"{why}, and its scale or zero point is not a constant"
+    if scale.dtype != np.float32:
+        return f"{why}, and its scale is {scale.dtype}, not float32"
+    if int(node.attrs.get("block_size", 0)):
+        return f"{why}, and it dequantizes in blocks"
+    if is_graph_output(env.graph, node.outputs[0]):
+        return f"{why}, and its output is a graph output"
+    axis = int(node.attrs.get("axis", 1))
+    if scale.ndim == 1 and scale.size > 1 and value.ndim > 0:  # per axis
+        axis = axis + value.ndim if axis < 0 else axis
+        if not 0 <= axis < value.ndim or value.shape[axis] != scale.size:
+            return f"{why}, and its scale does not fit axis {axis} of {list(value.shape)}"
+        shape = [1] * value.ndim
+        shape[axis] = scale.size
+        scale = scale.reshape(shape)
+        zero = zero.reshape(shape) if zero is not None and zero.size > 1 else zero
+    elif scale.size != 1:
+        return f"{why}, and its scale has a shape it does not handle: {list(scale.shape)}"
+    shifted = value.astype(np.int64) - (zero.astype(np.int64) if zero is not None else 0)
+    folded = shifted.astype(np.float32) * scale.astype(np.float32)
+    return _Folded(np.asarray(folded, np.float32), unlisted)
 
 
 def _lower(node: gs.Node, plan: _Plan, env: Env, names: set[str], target,
