@@ -23,9 +23,12 @@ def to_graph(model: onnx.ModelProto) -> gs.Graph:
 
     Negative dim values, which some exporters (paddle2onnx) write for "unknown" although
     ONNX dims are >= 0, become unknown dims, so shape inference does not see a conflict.
+    An IR version below `MIN_IR_VERSION` is raised to it (see there).
     """
     with G_LOGGER.suppress():
         graph = gs.import_onnx(model)
+    if graph.ir_version is not None and 0 < graph.ir_version < MIN_IR_VERSION:
+        graph.ir_version = MIN_IR_VERSION
     # gs keeps the model's own opset_import container; a copy keeps `model` untouched.
     if graph.import_domains is not None:
         graph.import_domains = [
@@ -74,10 +77,20 @@ class _DeferredValues(LazyValues):
         return weights.to_array(self.tensor)
 
 
+MIN_IR_VERSION = 4
+"""The lowest IR version a graph is exported with. Up to IR 3 every initializer had to be
+listed as a graph input too (old exports and the classic ONNX Model Zoo "-7" models);
+onnx-graphsurgeon holds weights as constants, never as inputs, so a rewritten IR-3
+graph broke that rule (onnx.checker refused fold-bn's new weights, and the version
+converter found its initializers undefined). IR 4 drops the rule and reads the same
+opsets (onnx.checker and onnxruntime accept opset 7-9 models at IR 4)."""
+
+
 def to_model(graph: gs.Graph, like: onnx.ModelProto) -> onnx.ModelProto:
-    """Export `graph`, carrying over `like`'s metadata, version fields and IR version."""
+    """Export `graph`, carrying over `like`'s metadata, version fields and IR version (at
+    least `MIN_IR_VERSION`)."""
     model = export(graph)
-    model.ir_version = like.ir_version
+    model.ir_version = max(like.ir_version, MIN_IR_VERSION) if like.ir_version else 0
     model.producer_name = like.producer_name
     model.producer_version = like.producer_version
     model.domain = like.domain
