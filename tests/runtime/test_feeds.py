@@ -44,6 +44,17 @@ def test_given_shape_binds_symbolic_dims_of_other_inputs():
     assert shapes == {"img": (4, 3, 8, 8), "ids": (4, 7), "flag": (4,)}
 
 
+def test_two_sizes_for_one_dim_name_are_a_usage_error():
+    """Probe 4: a DistilBERT run with input_ids:1x16 and attention_mask:1x12 (both
+    [batch, seq]) skipped its check with advice that missed the mistake."""
+    inputs = graph_inputs(parse(MODEL))
+    with pytest.raises(GraphfixError) as info:
+        resolve_shapes(inputs, {"img": (4, 3, 8, 8), "ids": (2, 7)})
+    assert str(info.value).startswith(
+        "--input-shape gives 'batch' two sizes: 4 for 'img' dim 0 and 2 for 'ids' dim 0.")
+    assert "Give both the same size" in str(info.value)
+
+
 def test_lenient_resolution_leaves_out_what_it_cannot_resolve():
     inputs = graph_inputs(parse(MODEL))
     assert resolve_shapes(inputs, lenient=True) == {"flag": (1,)}

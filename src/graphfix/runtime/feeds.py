@@ -144,12 +144,26 @@ def resolve_shapes(
                 "use one of those names in --input-shape",
             )
     bound: dict[str, int] = {}
+    first: dict[str, tuple[str, int]] = {}  # dim name -> the input and axis that bound it
     for info in inputs:
         if info.name in given:
             _check_given(info, given[info.name])
-            for d, v in zip(info.dims or (), given[info.name], strict=info.dims is not None):
-                if isinstance(d, str):
-                    bound.setdefault(d, v)
+            for axis, (d, v) in enumerate(zip(info.dims or (), given[info.name],
+                                              strict=info.dims is not None)):
+                if not isinstance(d, str):
+                    continue
+                if d in bound and bound[d] != v:
+                    other, other_axis = first[d]
+                    raise GraphfixError(
+                        f"--input-shape gives '{d}' two sizes: {bound[d]} for '{other}' "
+                        f"dim {other_axis} and {v} for '{info.name}' dim {axis}",
+                        f"both dims are declared '{d}', and ONNX means one size by one "
+                        "dim name (the model would broadcast one against the other, or fail)",
+                        "give both the same size; if the model really takes different "
+                        "sizes there, its export named the dims wrongly",
+                    )
+                bound.setdefault(d, v)
+                first.setdefault(d, (info.name, axis))
     shapes: dict[str, tuple[int, ...]] = {}
     for info in inputs:
         if info.name in given:
