@@ -112,3 +112,23 @@ def test_dynamic_quantize_linear_is_unsupported_in_8_6_and_10():
     for trt in ("8.6", "10.1"):
         f = one(m, trt, "op-unsupported", only=["operators"])
         assert (f.nodes, f.severity) == (("DynamicQuantizeLinear 'dq'",), "error")
+
+
+def test_quantizer_ops_point_at_qdq_not_at_export_or_optimizations():
+    """Probe 4: onnxruntime's QOperator and dynamic-quantization ops were told to
+    "re-export without onnxruntime's offline optimizations", which does not remove them."""
+    from graphfix.doctor.rules_ops import QUANTIZED_FIX
+
+    u8 = TP.UINT8
+    conv = model([helper.make_node("QLinearConv", ["x", "s", "z", "w", "s", "z", "s", "z"],
+                                   ["y"], name="qc")],
+                 [vi("x", u8, [1, 1, 4, 4]), vi("w", u8, [1, 1, 3, 3]), vi("s", F, []),
+                  vi("z", u8, [])], [vi("y", u8, [1, 1, 2, 2])], opset=13)
+    add = model([helper.make_node("QLinearAdd", ["a", "s", "z", "a", "s", "z", "s", "z"],
+                                  ["y"], name="qa", domain="com.microsoft")],
+                [vi("a", u8, [4]), vi("s", F, []), vi("z", u8, [])], [vi("y", u8, [4])],
+                opset=13, domains=["com.microsoft"])
+    assert one(conv, "10.16", "op-unsupported", only=["operators"]).fix == QUANTIZED_FIX
+    found = one(add, "10.16", "domain-nonstandard", only=["domains"])
+    assert found.fix == QUANTIZED_FIX
+    assert "offline optimizations" not in found.fix and "graphfix calibrate" in found.fix

@@ -65,8 +65,28 @@ def _unsupported_fix(op: str, target: TrtTarget) -> str:
                 f"graphfix run model.onnx --trt {target.effective} --passes lower-unsupported")
     if advice := substitution_advice("", op, target):
         return f"{newer}{advice}"
+    if op in QUANTIZER_OPS:
+        return f"{newer}{QUANTIZED_FIX}"
     return (f"{newer}rewrite that part of the model before export or "
             "implement the op as a TensorRT plugin")
+
+
+QUANTIZER_OPS = frozenset({
+    "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger", "DynamicQuantizeLinear",
+    "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QLinearAveragePool",
+    "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QGemm",
+    "QLinearReduceMean", "QLinearWhere", "QAttention", "DynamicQuantizeMatMul",
+    "MatMulIntegerToFloat", "DynamicQuantizeLSTM", "QEmbedLayerNormalization",
+})
+"""Ops onnxruntime's quantizer writes in its QOperator format (quantize_static with
+quant_format=QOperator) and for dynamic quantization (quantize_dynamic), in the ONNX or
+the com.microsoft domain. TensorRT takes INT8 models as Q/DQ pairs around float ops."""
+
+QUANTIZED_FIX = (
+    "this op comes from onnxruntime's quantizer (QOperator format or dynamic "
+    "quantization), which TensorRT does not read: quantize the float model to Q/DQ instead "
+    "(graphfix calibrate model.onnx --data ..., or onnxruntime quantize_static with "
+    "quant_format=QDQ and symmetric INT8 activations and weights)")
 
 
 def _num(version: str) -> tuple[int, ...]:
@@ -197,6 +217,8 @@ def custom_domains(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
             fix = "unfuse-contrib"
         elif domain == "ai.onnx.ml":
             fix = "move this classical-ML stage out of the TensorRT model (pre/post-processing)"
+        elif op in QUANTIZER_OPS:
+            fix = QUANTIZED_FIX
         else:
             fix = ("re-export without onnxruntime's offline optimizations "
                    "(graph_optimization_level below EXTENDED), or implement a TensorRT plugin")
