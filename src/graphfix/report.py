@@ -83,8 +83,11 @@ class CheckInfo:
     seed: int | None = None
     providers: list[str] = field(default_factory=list)
     tolerances: dict[str, dict[str, float]] = field(default_factory=dict)
-    # output -> why it is not judged on this sample (ill-conditioned, runtime.outputs)
+    # output -> why it is not judged on this sample (ill-conditioned or empty,
+    # runtime.outputs)
     unjudged: dict[str, str] = field(default_factory=dict)
+    # every output is unjudged: the check ran and compared no value
+    judged_nothing: bool = False
 
 
 @dataclass

@@ -49,7 +49,8 @@ def run_command(
     ),
     strict: bool = typer.Option(
         False, "--strict", help="Exit 1 when any pass was rolled back, or when the "
-        "numerical check could not run (the output is still written; not with --no-check)."),
+        "numerical check could not run or compared no value (every output empty or "
+        "ill-conditioned on its sample; the output is still written; not with --no-check)."),
     input_shape: list[str] = opt.input_shape(),
     data: Path = opt.data(),
     data_key: str = opt.data_key(),
@@ -137,6 +138,12 @@ def run_command(
             f"--strict: the numerical check did not run ({rep.check.skipped_reason}), so "
             "nothing shows the output computes what the input did", style="red",
             markup=False)
+        raise typer.Exit(EXIT_FAILED)
+    if strict and check and rep.check.enabled and rep.check.judged_nothing:
+        (err_console if as_json else console).print(
+            "--strict: the numerical check compared no value: every output is empty or "
+            "ill-conditioned on its sample (" + ", ".join(rep.check.unjudged) + "); pass "
+            "--data with real inputs", style="red", markup=False)
         raise typer.Exit(EXIT_FAILED)
     if diagnosis is not None and fail_on != "never":
         worst = diagnosis.by_severity("error") + (diagnosis.by_severity("warn")

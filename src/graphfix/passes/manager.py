@@ -369,10 +369,11 @@ class _Runner:
         """The run's note on the outputs its check could not judge (known once a check
         measured the noise floor, `runtime.outputs`)."""
         check = self.output_check
-        if check.enabled and check.unstable:
+        unjudged = {**check.unstable, **check.empty} if check.enabled else {}
+        if unjudged:
             self.notes.append(
                 "the check cannot judge " + ", ".join(
-                    f"'{name}' ({why})" for name, why in check.unstable.items())
+                    f"'{name}' ({why})" for name, why in unjudged.items())
                 + "; pass --data with real inputs to check them")
 
     def _check_unchanged(self) -> None:
@@ -464,7 +465,8 @@ class _Runner:
                 seed=check.seed,
                 providers=list(check.providers),
                 tolerances=check.tolerances(),
-                unjudged=dict(check.unstable),
+                unjudged={**check.unstable, **check.empty} if check.enabled else {},
+                judged_nothing=check.enabled and check.judges_nothing(),
             ),
             verify_notes=self.notes,
             renamed=dict(self.ctx.renamed),

@@ -59,11 +59,16 @@ class CheckOutcome:
         if bad:
             return "outputs differ: " + "; ".join(d.describe() for d in bad)
         skipped = [d.name for d in self.diffs if d.not_compared]
+        empty = [d.name for d in self.diffs if d.not_compared == EMPTY]
+        ill = [name for name in skipped if name not in empty]
         if skipped and len(skipped) == len(self.diffs):
-            return ("not judged: every output is ill-conditioned on this sample "
-                    f"({', '.join(skipped)})")
-        aside = f"; not compared, ill-conditioned on this sample: {', '.join(skipped)}" \
-            if skipped else ""
+            why = [f"ill-conditioned: {', '.join(ill)}"] if ill else []
+            why += [f"empty: {', '.join(empty)}"] if empty else []
+            return f"not judged: no output can be compared on this sample ({'; '.join(why)})"
+        aside = f"; not compared, ill-conditioned on this sample: {', '.join(ill)}" \
+            if ill else ""
+        aside += f"; empty on this sample, nothing compared: {', '.join(empty)}" \
+            if empty else ""
         worst = self.max_abs
         if not worst:
             return f"passed (exact{aside})"
@@ -256,9 +261,24 @@ class OutputCheck:
             outcome = self._judge(outputs)
         return outcome
 
+    @property
+    def empty(self) -> dict[str, str]:
+        """The outputs with no elements on this sample (a detector with no detections on
+        random inputs, a batch of 0), with why they judge nothing: their shape and type
+        are still compared, their values cannot be."""
+        return {name: EMPTY for name, ref in (self.reference or {}).items()
+                if isinstance(ref, np.ndarray) and ref.size == 0}
+
+    def judges_nothing(self) -> bool:
+        """Whether no output of the reference can be compared on this sample."""
+        names = set(self.reference or {})
+        return bool(names) and names <= set(self.unstable) | set(self.empty)
+
     def _judge(self, outputs: Mapping[str, np.ndarray]) -> CheckOutcome:
         stable = {k: v for k, v in self.reference.items() if k not in self.unstable}
-        diffs = compare_outputs(stable, outputs, floors=self.floors)
+        empty = self.empty
+        diffs = [unstable(d.name, EMPTY) if d.ok and d.name in empty else d
+                 for d in compare_outputs(stable, outputs, floors=self.floors)]
         diffs += [unstable(name, why) for name, why in self.unstable.items()]
         return CheckOutcome(all(d.ok for d in diffs), diffs)
 
@@ -313,6 +333,8 @@ class OutputCheck:
 
 
 _SELECTIONS = frozenset({"NonMaxSuppression", "TopK", "ArgMax", "ArgMin"})
+
+EMPTY = "empty on this sample: it has no elements to compare"
 
 
 class NotCheckable(Exception):
