@@ -1,6 +1,14 @@
 """lower-unsupported: rewrite ops the TensorRT target cannot parse into ops it parses.
 
     Op(x, ...) -> its exact ONNX decomposition       (graphfix.plugins.lowering, `LOWERINGS`)
+    Op(x, ...) -> its ONNX function body, for this node    (graphfix.plugins.function_bodies)
+
+An op without a hand-written lowering that ONNX defines by a function body (opset 23's
+RMSNormalization, RotaryEmbedding and Attention, which torch.onnx.export(dynamo=True)
+writes; CastLike, Celu, ...) is replaced by that body, built for the node, inlined and
+simplified exactly (constant shape arithmetic computed; see that module), where the
+target does not list the op (or `ops` names it); a node the target parses is left
+without a note.
 
 A node is lowered when the target's operator table (`ctx.trt`, from `graphfix run --trt`)
 does not list its op, lists it as unsupported, or supports it with restrictions this
@@ -63,12 +71,14 @@ from graphfix.graph import (
 )
 from graphfix.graph.dtypes import float_dtype
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
+from graphfix.plugins.function_bodies import has_body
 from graphfix.plugins.lowering import (
     LOWERINGS,
     Emit,
     Env,
     apply,
     emitted_ops,
+    lowering_of,
     parses,
     unavailable,
 )
@@ -95,11 +105,13 @@ class LowerUnsupportedOptions:
     ops: str = ""
 
     def __post_init__(self) -> None:
-        unknown = sorted(self.forced - set(LOWERINGS))
+        newest = onnx.defs.onnx_opset_version()
+        unknown = sorted(op for op in self.forced - set(LOWERINGS) if not has_body(op, newest))
         if unknown:
             raise GraphfixError(
                 f"Option 'ops' of pass 'lower-unsupported' names {', '.join(unknown)}",
-                f"graphfix lowers only {', '.join(LOWERINGS)}",
+                f"graphfix lowers only {', '.join(LOWERINGS)} and the ops ONNX defines by "
+                "a function body (RMSNormalization, RotaryEmbedding, Attention, ...)",
                 "write for example lower-unsupported{ops=Gelu+LayerNormalization}",
             )
 
@@ -120,7 +132,11 @@ class _Plan:
 class LowerUnsupported(Pass):
     """Lower LayerNormalization, GroupNormalization (opset 18 per group, 21 per channel),
     InstanceNormalization, Gelu (none, tanh), HardSwish, HardSigmoid, Mish, Softplus and
-    matrix-multiply Einsum equations into ops the `--trt` target parses.
+    matrix-multiply Einsum equations into ops the `--trt` target parses; and any other op
+    ONNX defines by a function body (RMSNormalization, RotaryEmbedding, Attention with
+    its mask, causal and grouped-query forms, past and present key/values) into its body,
+    whose ops the target lacks but that have bodies of their own expanded in turn
+    (Attention's CastLike on 8.6).
 
     Also computes CumSum, ReduceSum/Max/Min/Prod, NonZero and ConstantOfShape in float32
     where the target lists only float types for them and that is exact (RoBERTa's
@@ -134,7 +150,9 @@ class LowerUnsupported(Pass):
     read Mean/InvStdDev outputs; float16 models (constants in the model's type); If/Loop/
     Scan bodies. Notes, without a change: the target parses the node natively; the node
     has no exact decomposition (an Einsum that is not a matrix multiply, an unknown float
-    type or rank); an emitted op the target cannot parse; ReduceX axes the target cannot
+    type or rank; a function body that cannot be built for the node, or does not compute
+    an output something reads, or uses an op that changed its signature since the body's
+    opset); an emitted op the target cannot parse; ReduceX axes the target cannot
     read (module docstring); an op the target lacks that has no lowering at all; no
     target and no `ops`. A note on a node left alone says whether a plugin rule
     (substitute-plugins) can replace it; an op lowered where a plugin rule could have
@@ -143,8 +161,9 @@ class LowerUnsupported(Pass):
 
     name = "lower-unsupported"
     summary = ("Rewrite ops the --trt target cannot parse (LayerNormalization, GroupNorm, "
-               "Gelu, Mish, HardSwish, Einsum, ...) into exact decompositions it parses; "
-               "option ops=A+B forces op types.")
+               "Gelu, Mish, HardSwish, Einsum, RMSNormalization, RotaryEmbedding, "
+               "Attention, ...) into exact decompositions it parses; option ops=A+B forces "
+               "op types.")
     Options = LowerUnsupportedOptions
     option_syntax = "ops=OP+OP (op types lowered whatever --trt says, e.g. ops=Gelu+Mish)"
     counts_rewrites = True
@@ -162,7 +181,8 @@ class LowerUnsupported(Pass):
         native: dict[str, list[str]] = {}  # op -> labels of nodes the target parses as they are
         for g in list(all_graphs(graph)):
             for node in [n for n in g.nodes if n.outputs and is_onnx(n)]:
-                env = Env(g, opset, float_dtype(node.inputs[0]) if node.inputs else None)
+                env = Env(g, opset, float_dtype(node.inputs[0]) if node.inputs else None,
+                          target, forced)
                 checked = _check(node, env, target, forced, plugins)
                 if checked is None:
                     continue
@@ -213,7 +233,10 @@ def _native_notes(native: dict[str, list[str]], target) -> list[Note]:
 def _check(node: gs.Node, env: Env, target, forced: frozenset[str], plugins: _Plugins
            ) -> _Plan | str | None:
     """What to do with one node: a plan, a note, or None (nothing to say)."""
-    lowering = LOWERINGS.get(node.op)
+    lowering = lowering_of(node.op, env.opset)
+    if node.op in forced and lowering is None:
+        return (f"{FORCED}, but ONNX defines {node.op} by no function body at opset "
+                f"{env.opset}")
     if node.op in forced:
         why = FORCED
     elif target is None:
@@ -226,6 +249,8 @@ def _check(node: gs.Node, env: Env, target, forced: frozenset[str], plugins: _Pl
         return _no_lowering(node, env, target, plugins)
     else:
         row = target.op(node.op)
+        if row is not None and row.supported and node.op not in LOWERINGS:
+            return None  # a function body, offered only where the target lacks the op
         if row is not None and row.supported:
             why = lowering.restricted(node, env, row.restrictions) if row.restrictions else None
             if why is None:
@@ -330,7 +355,8 @@ def _lower(node: gs.Node, plan: _Plan, env: Env, names: set[str], target,
     op, label = node.op, node_label(node)
     for new in apply(node, plan.emit, env, names):
         if new.op in forced or (target is not None and not parses(target, new.op)):
-            sub_env = Env(env.graph, env.opset, float_dtype(new.inputs[0]))
+            sub_env = Env(env.graph, env.opset,
+                          float_dtype(new.inputs[0]) if new.inputs else None, target, forced)
             checked = _check(new, sub_env, target, forced, plugins)
             if isinstance(checked, _Plan):
                 _lower(new, checked, sub_env, names, target, forced, result, plugins)

@@ -147,6 +147,22 @@ PRESETS: tuple[Preset, ...] = (
         # pair of passes that would undo each other forever
         max_rounds=32,
     ),
+    Preset(
+        "trt-tidy",
+        "Tidy what the --trt passes wrote (lowerings, function bodies, the opset "
+        "conversion): fold constants and reshape targets, remove no-ops, share repeated "
+        "constants and expressions; nothing that would fuse a lowering back.",
+        (
+            "cleanup",
+            "fold-constants",
+            "fold-reshape-targets",
+            "eliminate-noops",
+            "dedup-constants",
+            "merge-duplicates",
+            "cleanup",
+        ),
+        max_rounds=32,  # a fixed point, as trt-prep
+    ),
 )
 
 DEFAULT_PIPELINE = _DEFAULT  # defined in passes/defaults.py (light, for the CLI)

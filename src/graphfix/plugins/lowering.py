@@ -35,6 +35,9 @@ before opset 18 and as an int64 initializer from 18. Einsum lowers only a (batch
 matrix multiply: one contracted letter, one letter kept from each operand, batch letters
 in both, an ellipsis leading everywhere; anything else is left with the reason.
 
+Ops without one here that ONNX defines by a function body are lowered by that body
+(`graphfix.plugins.function_bodies`; `lowering_of(op, opset)` gives either).
+
 `LOWERINGS` is the table op type -> `Lowering` (the ops it may emit, its planner, and
 what in the target row's restrictions text rules a node out). `lowering_for(op,
 target)` is the lowering whose emitted ops the target parses, directly or lowered in
@@ -54,6 +57,7 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 from onnx import helper
+from onnx.defs import onnx_opset_version
 
 from graphfix.graph import constant_value, fresh_name, is_graph_output
 from graphfix.plugins.einsum import einsum, einsum_restricted, rank_of
@@ -66,11 +70,14 @@ NO_DTYPE = ("its float type is unknown, so the constants it needs cannot be type
 @dataclass(frozen=True)
 class Env:
     """What a planner may know beyond its node: the graph holding it, the model's ai.onnx
-    opset, and the float type of the node's first input (None when unknown)."""
+    opset, the float type of the node's first input (None when unknown), and the target
+    and forced op types (a function body expands the ops in it that these rule out)."""
 
     graph: gs.Graph
     opset: int
     dtype: np.dtype | None
+    target: Any = None
+    forced: frozenset[str] = frozenset()
 
 
 def _unrestricted(node: gs.Node, env: Env, text: str) -> str | None:
@@ -113,6 +120,18 @@ class Builder:
             self.nodes.append(gs.Node(op, fresh_name(f"{self.base}_{op.lower()}", self.names),
                                       dict(attrs or {}), list(inputs), [out]))
         return out
+
+    def variable(self, what: str, dtype: Any = None) -> gs.Variable:
+        return gs.Variable(fresh_name(f"{self.base}_{what}", self.names), dtype=dtype)
+
+    def outputs(self, op: str, inputs: list[gs.Tensor], attrs: dict,
+                outputs: list[gs.Tensor]) -> list[gs.Tensor]:
+        """Add `op`(inputs) writing every tensor of `outputs` (a Split's two halves)."""
+        self.ops.append(op)
+        if not self.dry:
+            self.nodes.append(gs.Node(op, fresh_name(f"{self.base}_{op.lower()}", self.names),
+                                      dict(attrs), list(inputs), list(outputs)))
+        return outputs
 
     def cast(self, x: gs.Tensor, dtype: np.dtype) -> gs.Tensor:
         return self.node("Cast", [x], {"to": helper.np_dtype_to_tensor_dtype(dtype)},
@@ -421,8 +440,27 @@ def unavailable(ops: Iterable[str], target: Any, seen: frozenset[str] = frozense
 
 def lowering_for(op_type: str, target: Any) -> Lowering | None:
     """The lowering of `op_type` when every op it may emit is one `target` parses, directly
-    or lowered in turn; None when there is none."""
+    or lowered in turn; None when there is none. An op without a hand-written lowering
+    counts when its function body (`graphfix.plugins.function_bodies`), expanded for a
+    typical node of it, emits only such ops."""
     lowering = LOWERINGS.get(op_type)
-    if lowering is None or unavailable(lowering.emits, target, frozenset({op_type})):
+    if lowering is None:
+        from graphfix.plugins.function_bodies import typical_ops  # it imports this module
+
+        ops = typical_ops(op_type, target)
+        if ops is None or unavailable(ops, target, frozenset({op_type})):
+            return None
+        return lowering_of(op_type, onnx_opset_version())
+    if unavailable(lowering.emits, target, frozenset({op_type})):
         return None
+    return lowering
+
+
+def lowering_of(op_type: str, opset: int) -> Lowering | None:
+    """The hand-written lowering of `op_type`, else its function body's at `opset`."""
+    lowering = LOWERINGS.get(op_type)
+    if lowering is None:
+        from graphfix.plugins.function_bodies import function_lowering  # imports this module
+
+        lowering = function_lowering(op_type, opset)
     return lowering
