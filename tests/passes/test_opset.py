@@ -331,6 +331,19 @@ def test_type_only_versions_are_held_down_to_opset_13():
     assert [len(n.attribute) for n in out.graph.node[-2:]] == [0, 0]
 
 
+def test_a_dynamic_constant_of_shape_is_held_down_to_opset_17():
+    """Probe 4: onnx's converter has no ConstantOfShape adapter from 20, whose versions
+    since 9 only add types, so run --trt 8.6 on an opset-20 model with a dynamic fill
+    (a lowered causal Attention's mask) stopped at opset 20."""
+    text = header(20) + """
+    g (float[N,4] x) => (float[N,4] y) {
+        s = Shape(x)
+        c = ConstantOfShape<value = float[1] {1.0}>(s)
+        y = Add(x, c)
+    }"""
+    assert_converts(parse(text), 17, ["Shape", "ConstantOfShape", "Add"])
+
+
 def test_allowzero_with_a_zero_in_the_shape_is_not_held():
     text = FROM_14.replace("int64[2] shape = {3, 4}", "int64[2] shape = {3, 0}").replace(
         "float[3,4] y", "float[3,0] y").replace("float[2,6] x", "float[3,0] x")

@@ -54,6 +54,9 @@ ADDITIVE: dict[str, tuple[int, ...]] = {
     "Size": (19, 21),  # types
     "Split": (18,),  # num_outputs (equal parts: checked per node)
     "Pad": (18, 19, 21),  # axes input; mode 'wrap' (checked per node); types
+    # value types only: bfloat16/float8 (20), int4 (21), float4 (23), float8e8m0 (24),
+    # int2 (25); a dynamic fill (the lowered causal mask of an opset-23 Attention)
+    "ConstantOfShape": (20, 21, 23, 24, 25),
 }
 
 Held = dict[str, list[str]]
