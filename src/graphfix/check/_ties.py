@@ -84,3 +84,18 @@ def mark_ill_conditioned(reference: onnx.ModelProto, results: list[TensorResult]
             result.status, result.detail = TensorStatus.ILL_CONDITIONED, why[failing[0]]
             count += 1
     return count
+
+
+def mark_random(reference: onnx.ModelProto, results: list[TensorResult]) -> int:
+    """Mark the failing tensors that follow a training-mode Dropout (random on every run,
+    `runtime.randomness`) not judged; returns how many."""
+    from graphfix.runtime.randomness import downstream, random_sources
+
+    follows = downstream(reference, random_sources(reference))
+    count = 0
+    for result in results:
+        if result.ok is False and result.name in follows:
+            result.ok = None
+            result.status, result.detail = TensorStatus.RANDOM, follows[result.name]
+            count += 1
+    return count

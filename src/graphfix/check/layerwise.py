@@ -50,9 +50,9 @@ from graphfix.check._inline import (
 )
 from graphfix.check._origins import ERROR_FLOOR, MIN_AMPLIFICATION, Origin, find_origins
 from graphfix.check._runs import Plan, SessionCache, plan_group, run_plan
-from graphfix.check._ties import mark_ill_conditioned
+from graphfix.check._ties import mark_ill_conditioned, mark_random
 from graphfix.check._widen import CandidateConvs, widen_by_operands
-from graphfix.check.status import TensorStatus
+from graphfix.check.status import UNJUDGED, TensorStatus
 from graphfix.errors import GraphfixError
 from graphfix.graph.protos import graph_protos, walk_protos
 from graphfix.runtime import references
@@ -270,6 +270,7 @@ def compare_layerwise(
         widen_by_operands(tallies, producers,
                           CandidateConvs(given_candidate if engine is None else None))
     results = _results(reference, plans, tallies, producers, _quantized(candidate))
+    random = mark_random(reference, results)
     unjudged = (mark_ill_conditioned(reference, results, tallies, producers)
                 if mode == "strict" else 0)
     first = next((t for t in results if t.ok is False), None)
@@ -288,13 +289,19 @@ def compare_layerwise(
                      "differently among values tied to within rounding (status "
                      f"'{TensorStatus.ILL_CONDITIONED.value}'); pass --data with real inputs "
                      "to judge them")
+    if random:
+        from graphfix.runtime.randomness import FIX
+
+        notes.append(f"{random} tensor(s) not judged: they follow a Dropout in training mode, "
+                     "whose mask onnxruntime draws anew on every run (status "
+                     f"'{TensorStatus.RANDOM.value}'); {FIX}")
     if first is not None and not origins:
         notes.append(f"no node amplifies the error {min_amplification:g}x or more: it grows "
                      "gradually; start at the first divergence, "
                      f"{first.node} ({first.name})")
     uncompared = [outputs[o.name] for o in reference.graph.output
                   if o.name in outputs and outputs[o.name].ok is None
-                  and outputs[o.name].status is not TensorStatus.ILL_CONDITIONED]
+                  and outputs[o.name].status not in UNJUDGED]
     if uncompared:
         notes.append("graph output(s) not compared: " + ", ".join(
             f"'{t.name}' ({t.describe_status()})" for t in uncompared)

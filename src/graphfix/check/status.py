@@ -19,6 +19,7 @@ class TensorStatus(StrEnum):
     NOT_DEBUG = "not a debug tensor of the engine"
     NOT_MARKED = "not marked in the engine (inside an If branch)"
     ILL_CONDITIONED = "ill-conditioned on this sample"  # detail: the selection it follows
+    RANDOM = "random on every run"  # detail: the training-mode Dropout it follows
 
     def describe(self, detail: str = "") -> str:
         """The status in words: "merged by fold-bn", "not comparable (dtype differs)"."""
@@ -28,3 +29,7 @@ class TensorStatus(StrEnum):
             return "a constant Reshape target in the candidate (its Reshape's output is " \
                    "compared)"
         return f"{self.value} ({detail})" if detail else self.value
+
+
+UNJUDGED = frozenset({TensorStatus.ILL_CONDITIONED, TensorStatus.RANDOM})
+"""Statuses of tensors a check does not judge (`ok` None), that need not fail it."""

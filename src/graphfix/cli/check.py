@@ -98,7 +98,7 @@ def _num(value, spec: str = "{:.3g}") -> str:
 
 
 def _print(result, shown: int) -> None:
-    from graphfix.check.status import TensorStatus
+    from graphfix.check.status import UNJUDGED, TensorStatus
 
     compared = [t for t in result.tensors if t.status is TensorStatus.COMPARED]
     merged = [t for t in result.tensors if t.status is TensorStatus.MERGED]
@@ -148,9 +148,10 @@ def _print(result, shown: int) -> None:
     elif first is None:
         verdict = ("every compared tensor agrees" if result.mode == "strict" else
                    f"every compared tensor is at or above {result.sqnr_threshold:g} dB SQNR")
-        unjudged = sum(t.status is TensorStatus.ILL_CONDITIONED for t in result.tensors)
+        unjudged = sum(t.status in UNJUDGED for t in result.tensors)
         if unjudged:
-            verdict += f" ({unjudged} not judged: ill-conditioned on the samples, see the note)"
+            verdict += (f" ({unjudged} not judged: ill-conditioned on the samples or random "
+                        "on every run, see the note)")
         console.print(f"check passed: {verdict}", style="bold green", markup=False)
     else:
         console.print(f"first divergence: {first.name} (from {first.node}), worst at sample "

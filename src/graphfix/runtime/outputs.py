@@ -216,7 +216,18 @@ class OutputCheck:
                       "seeded random inputs")
             self._skipped = cannot_run(model, self.feeds, err, source, self.providers)
             return
+        self._mark_random(model)
         self._floor_when_needed(model)
+
+    def _mark_random(self, model: onnx.ModelProto) -> None:
+        """Outputs that follow a training-mode Dropout are not judged: onnxruntime draws
+        them anew on every run (`runtime.randomness`)."""
+        from graphfix.runtime.randomness import FIX, downstream, random_sources
+
+        follows = downstream(model, random_sources(model))
+        for name in self._reference or {}:
+            if name in follows:
+                self._unstable[name] = f"random on every run: {follows[name]}; {FIX}"
 
     def rebased(self, model: onnx.ModelProto) -> OutputCheck:
         """The check with `model`'s outputs as the reference, on the same inputs (after
@@ -229,6 +240,7 @@ class OutputCheck:
             reason = f"onnxruntime cannot run the model a pass made: {said(err)}"
             return OutputCheck(self.feeds, None, reason, self.providers, self.seed, self.data)
         check = OutputCheck(self.feeds, reference, "", self.providers, self.seed, self.data)
+        check._mark_random(model)
         check._floor_when_needed(model)
         return check
 
@@ -301,7 +313,8 @@ class OutputCheck:
             return
         for name, ref in self.reference.items():
             other = optimized.get(name)
-            if not isinstance(ref, np.ndarray) or not isinstance(other, np.ndarray):
+            if not isinstance(ref, np.ndarray) or not isinstance(other, np.ndarray) or (
+                    name in self._unstable):  # random: not the optimizations' doing
                 continue
             if other.shape != ref.shape:
                 self.unstable[name] = (f"ill-conditioned on this sample: onnxruntime's own "
