@@ -611,6 +611,7 @@ def test_nothing_to_do_says_why(opset):
     assert not result.changed
     assert [n.reason for n in result.notes] == [
         "no Identity, inference Dropout, Cast, Reshape, Expand, Transpose, Unsqueeze or "
-        "Squeeze pair, Concat, Split, Slice, Pad or Add/Sub/Mul/Div of a constant"
+        "Squeeze pair, Concat, Split, Slice, Pad, Add/Sub/Mul/Div of a constant or Where on "
+        "a shape comparison"
     ]
     assert_idempotent(EliminateNoops(), model)

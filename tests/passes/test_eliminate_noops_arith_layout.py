@@ -78,7 +78,8 @@ def test_non_neutral_arithmetic_is_not_a_candidate(body):
     assert not result.changed
     assert [n.reason for n in result.notes] == [
         "no Identity, inference Dropout, Cast, Reshape, Expand, Transpose, Unsqueeze or "
-        "Squeeze pair, Concat, Split, Slice, Pad or Add/Sub/Mul/Div of a constant"
+        "Squeeze pair, Concat, Split, Slice, Pad, Add/Sub/Mul/Div of a constant or Where on "
+        "a shape comparison"
     ]
 
 

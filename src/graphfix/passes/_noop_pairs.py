@@ -10,6 +10,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.graph import constant_value, is_graph_output, is_onnx
+from graphfix.passes import _noop_single as single
 from graphfix.passes._noop_shapes import (
     compose_perms,
     is_identity_perm,
@@ -135,6 +136,45 @@ def unsqueeze(node: gs.Node, view: View) -> Plan | str | None:
     else:
         plan.operand, plan.operand_role = np.array(combined, dtype=np.int64), "axes"
     return plan
+
+
+def concat(node: gs.Node, view: View) -> Plan | str | None:
+    """The single-node Concat rules (`_noop_single.concat`) first; then
+    Concat(a, Concat(b, c), d) -> Concat(a, b, c, d) on the same axis, one inner Concat
+    per rewrite (the sweeps repeat, so deeper nesting flattens fully)."""
+    plan = single.concat(node, view)
+    if plan is not None or "axis" not in node.attrs:
+        return plan
+    why = None
+    for tensor in node.inputs:
+        inner = _lone_producer(view, tensor, "Concat")
+        if inner is not None and not isinstance(inner, str):
+            inner = _axis_refusal(node, inner) or inner
+        if isinstance(inner, str):
+            why = why or inner
+        elif inner is not None:
+            inputs = [t for outer in node.inputs
+                      for t in (list(inner.inputs) if outer is tensor else [outer])]
+            return Plan("flattened nested Concats", remove=False, inputs=inputs, drop=inner)
+    return why
+
+
+def _axis_refusal(node: gs.Node, inner: gs.Node) -> str | None:
+    """Why the Concat `inner` does not join on `node`'s axis, or None when it does."""
+    axis, inner_axis = int(node.attrs["axis"]), inner.attrs.get("axis")
+    if inner_axis is None:
+        return "the Concat before it has no axis"
+    inner_axis = int(inner_axis)
+    if (axis < 0) != (inner_axis < 0):
+        ranks = [len(t.shape) for t in [*node.inputs, *node.outputs, *inner.inputs]
+                 if t.shape is not None]
+        if not ranks:
+            return ("rank unknown: the Concat before it joins on axis "
+                    f"{inner_axis}, this one on {axis}")
+        axis, inner_axis = (a + ranks[0] if a < 0 else a for a in (axis, inner_axis))
+    if axis != inner_axis:
+        return f"the Concat before it joins on axis {inner_axis}, this one on {axis}"
+    return None
 
 
 def _lone_producer(view: View, tensor: gs.Tensor, op: str) -> gs.Node | str | None:

@@ -15,7 +15,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 from onnx import helper
 
-from graphfix.graph import constant_value
+from graphfix.graph import constant_value, fresh_name, is_onnx
 from graphfix.graph.dtypes import computed_dtype
 from graphfix.passes._noop_shapes import (
     broadcast_refusal,
@@ -27,6 +27,7 @@ from graphfix.passes._noop_shapes import (
     static_shape,
     type_name,
 )
+from graphfix.passes._shape_values import Value, evaluate
 
 _INT64_MAX = 2**63 - 1
 
@@ -66,6 +67,19 @@ def identity(node: gs.Node, view: View) -> Plan:
 
 
 def dropout(node: gs.Node, view: View) -> Plan | str:
+    """Dropout in inference mode, or with ratio 0 in any mode (it keeps every element and
+    scales by 1/(1 - 0)), returns its input; its mask output must be unused."""
+    training = _dropout_training(node, view)
+    if training is None:
+        return Plan("removed inference Dropout")
+    ratio = _dropout_ratio(node, view)
+    if ratio == 0:  # whatever the training mode
+        return Plan("removed Dropout with ratio 0")
+    return training if ratio is not None else f"{training}; its ratio input is not a constant"
+
+
+def _dropout_training(node: gs.Node, view: View) -> str | None:
+    """Why `node` is (or may be) in training mode, None in inference mode."""
     if len(node.inputs) >= 3 and not node.inputs[2].is_empty():
         mode = constant_value(node.inputs[2])
         if mode is None:
@@ -74,7 +88,18 @@ def dropout(node: gs.Node, view: View) -> Plan | str:
             return "it is in training mode (training_mode is true)"
     if view.opset < 7 and int(node.attrs.get("is_test", 0)) == 0:  # 0 is the default there
         return "it is in training mode (is_test=0, the default before opset 7)"
-    return Plan("removed inference Dropout")
+    return None
+
+
+def _dropout_ratio(node: gs.Node, view: View) -> float | None:
+    """The drop ratio (an attribute before opset 12, an input from 12; 0.5 by default),
+    None when it is not a constant."""
+    if view.opset < 12:
+        return float(node.attrs.get("ratio", 0.5))
+    if len(node.inputs) < 2 or node.inputs[1].is_empty():
+        return 0.5
+    value = constant_value(node.inputs[1])
+    return float(value.reshape(-1)[0]) if value is not None and value.size == 1 else None
 
 
 def cast(node: gs.Node, view: View) -> Plan | str:
@@ -232,3 +257,97 @@ def same_shape(node: gs.Node, keeps: Callable[[list, list[int]], bool | None]) -
     if before is None or after is None:
         return "shape unknown: its input or output shape is not fully static"
     return before == after or f"its output shape {after} differs from its input shape {before}"
+
+
+def where(node: gs.Node, view: View) -> Plan | str | None:
+    """Where(Equal(v, k), a, b) on small integer shape values (`_shape_values.evaluate`)
+    whose condition is known entry by entry: the entries it selects, as the branch itself,
+    a constant, or a Concat of the branches' Concat parts and constants. PyTorch writes
+    `expand(n, -1, s)` as Where(Equal(shape, -1), 1, shape) (a size is never negative)."""
+    cond = node.inputs[0] if len(node.inputs) == 3 else None
+    if cond is None or len(cond.inputs) != 1 or not is_onnx(cond.inputs[0], "Equal"):
+        return None
+    values = [evaluate(t, view.opset) for t in node.inputs]
+    if isinstance(values[0], str):
+        return None  # not a comparison of shape values
+    unknown = [i for i, c in enumerate(values[0].entries) if not isinstance(c, int)]
+    if unknown:
+        return (f"its condition is not known statically at entries {unknown} (values not "
+                "evaluated, or that may be negative)")
+    sizes = [_size(t, v) for t, v in zip(node.inputs, values, strict=True)]
+    if any(size is None for size in sizes):
+        return "shape unknown: the length of one of its inputs is not known"
+    length, scalar = max(n for n, _ in sizes), all(z for _, z in sizes)
+    if any(n not in (1, length) for n, _ in sizes):
+        return None  # it does not broadcast: the model is wrong
+    picks = [2 - bool(values[0].entries[i if sizes[0][0] > 1 else 0]) for i in range(length)]
+    for k in set(picks):
+        if isinstance(values[k], str):
+            return f"the input it selects is not known: {values[k]}"
+    chosen = [values[k].entries[i if sizes[k][0] > 1 else 0] for i, k in enumerate(picks)]
+    if len(set(picks)) == 1 and sizes[picks[0]] == (length, scalar):
+        return Plan("removed Where with a known condition", source=node.inputs[picks[0]])
+    parts = {k: _parts(node.inputs[k], sizes[k], (length, scalar), view.opset) for k in (1, 2)}
+    pieces: list[gs.Tensor | list[int]] = []
+    i = 0
+    while i < length:
+        part = parts[picks[i]].get(i)
+        if part is not None and set(picks[i:i + part[1]]) == {picks[i]}:
+            pieces.append(part[0])
+            i += part[1]
+        elif isinstance(chosen[i], int):
+            if not pieces or not isinstance(pieces[-1], list):
+                pieces.append([])
+            pieces[-1].append(chosen[i])
+            i += 1
+        else:
+            return (f"entry {i} it selects is not a constant and not a whole input of the "
+                    "Concat that computes that input")
+    return _where_plan(node, view, pieces, scalar)
+
+
+def _size(tensor: gs.Tensor, value: Value | str) -> tuple[int, bool] | None:
+    """(length, 0-D) of a 0-D/1-D value: evaluated, or from the tensor's static shape."""
+    if not isinstance(value, str):
+        return len(value.entries), value.scalar
+    shape = static_shape(tensor.shape)
+    if shape is None or len(shape) > 1:
+        return None
+    return (shape[0] if shape else 1), not shape
+
+
+def _parts(tensor: gs.Tensor, size: tuple[int, bool], out: tuple[int, bool],
+           opset: int) -> dict[int, tuple[gs.Tensor, int]]:
+    """Where each piece of `tensor` starts in Where's output -> (piece, length): the inputs
+    of the Concat writing it, or else the whole tensor; none unless it has the output's
+    shape."""
+    if size != out:
+        return {}
+    producer = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    if (producer is None or not is_onnx(producer, "Concat")
+            or int(producer.attrs.get("axis", 0)) not in (0, -1)):
+        return {0: (tensor, size[0])}
+    found, start = {}, 0
+    for inp in producer.inputs:
+        value = evaluate(inp, opset)
+        if isinstance(value, str) or value.scalar:
+            return {0: (tensor, size[0])}
+        found[start] = (inp, len(value.entries))  # an empty one is overwritten
+        start += len(value.entries)
+    return found if start == size[0] else {0: (tensor, size[0])}
+
+
+def _where_plan(node: gs.Node, view: View, pieces: list, scalar: bool) -> Plan | str:
+    """The Plan that makes `node` give `pieces` (tensors and runs of constant entries)."""
+    dtype = next((t for t in (elem_type(x) for x in (*node.outputs, *node.inputs[1:]))
+                  if t is not None), None)
+    if dtype is None and any(isinstance(p, list) for p in pieces):
+        return "its output dtype is not known"
+    inputs = [p if isinstance(p, gs.Tensor) else gs.Constant(
+        fresh_name(f"{node.outputs[0].name}_entries", view.names),
+        np.array(p if not scalar else p[0], dtype=helper.tensor_dtype_to_np_dtype(dtype)))
+        for p in pieces]
+    if len(inputs) == 1:
+        return Plan("removed Where with a known condition", source=inputs[0])
+    return Plan("turned Where with a known condition into a Concat", remove=False,
+                op="Concat", inputs=inputs, attrs={"axis": 0})

@@ -4,6 +4,7 @@ Each rule, with x the first input and y the output::
 
     Identity(x)                      -> x
     Dropout(x)        (inference)    -> x
+    Dropout(x, ratio=0)  (any mode)  -> x          (its mask output unused)
     Cast(x, to=dtype(x))             -> x
     Reshape(x, s), Expand(x, s)      -> x          when the result has x's shape
     Transpose(x, perm=identity)      -> x
@@ -16,6 +17,13 @@ Each rule, with x the first input and y the output::
     Concat(x), Split(x) (one output) -> x
     Concat(..., e, ...)              -> Concat(...)   e of size 0 along the axis (static);
                                                       x when one input is left
+    Concat(a, Concat(b, c), d)       -> Concat(a, b, c, d)   same axis, inner read only here
+    Where(Equal(v, k), a, b)         -> the entries it selects: b, a, a constant, or a
+                                        Concat of a's and b's Concat parts and constants, when v
+                                        and k are shape values and every entry of the
+                                        condition is known (`Where(Equal(shape, -1), 1,
+                                        shape)`, PyTorch's `expand(n, -1, s)`: a size, or
+                                        a sum or product of sizes, is never negative)
     Slice(x, whole range, step 1)    -> x
     Pad(x, pads=0)                   -> x          (any mode)
     x + 0, x - 0, x * 1, x / 1       -> x          when every element of the constant (at
@@ -25,7 +33,8 @@ Each rule, with x the first input and y the output::
 
 These sit between a Conv and its activation in exported graphs and stop TensorRT
 from fusing them (DESIGN.md, "TensorRT fuses Conv+bias+ReLU itself, but only when
-nothing sits between them"); each also costs a kernel launch.
+nothing sits between them"); each also costs a kernel launch. The shape-code rules
+(nested Concats, Where on a shape comparison) leave TensorRT fewer shape-tensor layers.
 
 "Same shape" is decided from the constant target shape and the input shape when
 that settles it (`Reshape(x[N, 3], [0, 3])` is a no-op for any N), and otherwise
@@ -67,7 +76,7 @@ from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassConte
 
 _CANDIDATES = (
     "Identity, inference Dropout, Cast, Reshape, Expand, Transpose, Unsqueeze or Squeeze pair, "
-    "Concat, Split, Slice, Pad or Add/Sub/Mul/Div of a constant"
+    "Concat, Split, Slice, Pad, Add/Sub/Mul/Div of a constant or Where on a shape comparison"
 )
 
 
@@ -75,7 +84,8 @@ class EliminateNoops(Pass):
     """Remove no-op nodes and cancel inverse pairs.
 
     Handles: Identity; Dropout in inference mode (no training_mode input or a
-    constant false one; is_test=1 before opset 7; mask unused); Cast to its input's dtype
+    constant false one; is_test=1 before opset 7; mask unused), and Dropout with a
+    constant ratio 0 in any mode (mask unused); Cast to its input's dtype
     (known from the tensor or the initializer; kept when the nodes computing the input
     make another type, a stale value_info: `graph.dtypes.computed_dtype`); Reshape and
     Expand that keep the shape; Transpose with the identity permutation (or no perm on rank <= 1);
@@ -88,7 +98,11 @@ class EliminateNoops(Pass):
     the data order is unchanged) and reads from or feeds a Reshape, turned into a
     Reshape so the pair collapses (static shape with at most one unknown dim);
     single-input Concat, and Concat inputs empty along its axis (a static 0);
-    single-output Split; Slice covering every sliced axis
+    a Concat read only by a Concat on the same axis merged into it (negative axes
+    normalized with a known rank); a Where whose condition is an Equal of small
+    integer shape values known entry by entry (`_shape_values`), replaced by the
+    entries it selects (the branch itself, a constant, or a Concat of the branches'
+    Concat inputs and constants); single-output Split; Slice covering every sliced axis
     (opset < 10 attributes, inputs from 10); Pad whose pads are all 0 (attribute
     before opset 11, input from 11), any mode; Add/Sub of 0 and Mul/Div by 1 (one
     element constant, not adding dimensions; the constant may come first for Add
@@ -96,8 +110,10 @@ class EliminateNoops(Pass):
 
     Skips, with a note, every candidate it cannot prove a no-op (different dtype,
     shape, permutation, axes, range or pads; dtype or shape unknown; inputs that
-    are not constants) and pairs whose first node feeds another node, writes a
-    graph output or lives in an enclosing graph.
+    are not constants; a training Dropout whose ratio is not 0; a Where condition
+    with an entry not known, such as a value that may be negative) and pairs whose
+    first node feeds another node, writes a graph output or lives in an enclosing
+    graph.
     """
 
     name = "eliminate-noops"
@@ -200,7 +216,7 @@ _RULES: dict[str, Callable[[gs.Node, View], Plan | str | None]] = {
     "Transpose": pairs.transpose,
     "Squeeze": pairs.squeeze,
     "Unsqueeze": pairs.unsqueeze,
-    "Concat": single.concat,
+    "Concat": pairs.concat,
     "Split": single.split,
     "Slice": single.slice_,
     "Pad": single.pad,
@@ -208,4 +224,5 @@ _RULES: dict[str, Callable[[gs.Node, View], Plan | str | None]] = {
     "Sub": single.arithmetic,
     "Mul": single.arithmetic,
     "Div": single.arithmetic,
+    "Where": single.where,
 }
