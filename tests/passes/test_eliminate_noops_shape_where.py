@@ -9,8 +9,9 @@ import onnx
 import pytest
 from gfhelpers import apply, assert_idempotent, assert_same_outputs, ops, parse
 from onnx import helper
+from test_eliminate_noops import assert_kept
 
-from graphfix.graph import fingerprint, to_graph
+from graphfix.graph import to_graph
 from graphfix.passes.base import LIMIT_REACHED, Note, PassContext, RewriteBudget
 from graphfix.passes.eliminate_noops import EliminateNoops
 
@@ -64,16 +65,6 @@ def assert_removes(model, expected_ops, counts, feed_sets) -> onnx.ModelProto:
         assert_same_outputs(model, out, feeds, rtol=0, atol=0)
     assert_idempotent(EliminateNoops(), out)
     return out
-
-
-def assert_kept(model, node: str, reason: str) -> None:
-    """The pass changes nothing and says why about `node` (its label)."""
-    graph = to_graph(model)
-    before = fingerprint(graph)
-    result = EliminateNoops().run(graph, PassContext())
-    assert not result.changed, result.counts
-    assert fingerprint(graph) == before
-    assert Note(node, reason) in result.notes, result.notes
 
 
 # ----------------------------------------------------------------------------- Where

@@ -11,6 +11,7 @@ import onnx
 import pytest
 from gfhelpers import apply, assert_idempotent, assert_same_outputs, feeds_for, ops, output_types
 from onnx import TensorProto, helper, numpy_helper
+from test_lower_unsupported import _Without
 
 from graphfix.api import run as api_run
 from graphfix.doctor import diagnose
@@ -106,23 +107,6 @@ def test_forced_rms_norm_lowers_on_a_target_that_parses_it():
     _stays(model, "10.16", [("graph", "no node to lower for TensorRT 10.16")])
     _lowers(model, "10.16", RMS_OPS, {RMS_KEY: 1}, [],
             options=LowerUnsupportedOptions(ops="RMSNormalization"))
-
-
-class _Without:
-    """A TensorRT target whose table lacks `ops`."""
-
-    def __init__(self, version: str, *ops: str) -> None:
-        self.base, self.lacks = parse_target(version), set(ops)
-
-    def op(self, op: str):
-        return None if op in self.lacks else self.base.op(op)
-
-    @property
-    def opset_range(self):
-        return self.base.opset_range
-
-    def label(self) -> str:
-        return f"TensorRT {self.base.version} without {'/'.join(sorted(self.lacks))}"
 
 
 def test_rms_norm_whose_body_emits_an_op_the_target_lacks_stays():
