@@ -368,8 +368,7 @@ class _Runner:
     def _note_unjudged(self) -> None:
         """The run's note on the outputs its check could not judge (known once a check
         measured the noise floor, `runtime.outputs`)."""
-        check = self.output_check
-        unjudged = {**check.unstable, **check.empty} if check.enabled else {}
+        unjudged = self.output_check.unjudged
         if unjudged:
             self.notes.append(
                 "the check cannot judge " + ", ".join(
@@ -465,7 +464,7 @@ class _Runner:
                 seed=check.seed,
                 providers=list(check.providers),
                 tolerances=check.tolerances(),
-                unjudged={**check.unstable, **check.empty} if check.enabled else {},
+                unjudged=check.unjudged,
                 judged_nothing=check.enabled and check.judges_nothing(),
             ),
             verify_notes=self.notes,

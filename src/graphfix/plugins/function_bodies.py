@@ -45,6 +45,7 @@ from onnx import helper, numpy_helper
 
 from graphfix.graph import fresh_name, is_graph_output
 from graphfix.graph.convert import node_proto
+from graphfix.graph.dtypes import np_dtype
 from graphfix.plugins.lowering import LOWERINGS, Builder, Emit, Env, Lowering, parses
 
 FOLD_LIMIT = 4096
@@ -445,10 +446,7 @@ def _plan(node: gs.Node, env: Env) -> Emit | str:
 def _np_type(t: onnx.TypeProto | None) -> np.dtype | None:
     if t is None or not t.tensor_type.elem_type:
         return None
-    try:
-        return np.dtype(helper.tensor_dtype_to_np_dtype(t.tensor_type.elem_type))
-    except (KeyError, TypeError, ValueError):
-        return None
+    return np_dtype(t.tensor_type.elem_type)
 
 
 def _gs_attributes(n: onnx.NodeProto) -> dict[str, Any]:

@@ -281,10 +281,16 @@ class OutputCheck:
         return {name: EMPTY for name, ref in (self.reference or {}).items()
                 if isinstance(ref, np.ndarray) and ref.size == 0}
 
+    @property
+    def unjudged(self) -> dict[str, str]:
+        """Every output the check cannot judge on this sample, with why: ill-conditioned
+        or random (`unstable`), or empty; none when the check is off."""
+        return {**self.unstable, **self.empty} if self.enabled else {}
+
     def judges_nothing(self) -> bool:
         """Whether no output of the reference can be compared on this sample."""
         names = set(self.reference or {})
-        return bool(names) and names <= set(self.unstable) | set(self.empty)
+        return bool(names) and names <= set(self.unjudged)
 
     def _judge(self, outputs: Mapping[str, np.ndarray]) -> CheckOutcome:
         stable = {k: v for k, v in self.reference.items() if k not in self.unstable}

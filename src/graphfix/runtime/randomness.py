@@ -15,6 +15,8 @@ from __future__ import annotations
 import onnx
 from onnx import numpy_helper
 
+from graphfix.graph.protos import all_nodes, subgraphs
+
 FIX = "export the model in eval mode (model.eval() before torch.onnx.export)"
 
 
@@ -72,9 +74,8 @@ def downstream(model: onnx.ModelProto, sources: dict[str, str]) -> dict[str, str
         return out
     for node in model.graph.node:
         reads = list(node.input)
-        for attr in node.attribute:  # bodies read outer tensors by name
-            for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                reads += [i for n in g.node for i in n.input]
+        for body in subgraphs(node):  # bodies read outer tensors by name
+            reads += [i for n in all_nodes(body) for i in n.input]
         why = next((out[name] for name in reads if name in out), None)
         if why is not None:
             for name in node.output:
