@@ -181,20 +181,47 @@ def read_bytes(tensor: TensorProto) -> bytes:
     return data
 
 
-def read_sample(tensor: TensorProto, window: int = 4096) -> bytes:
+SAMPLE_WINDOW = 4096
+"""Bytes per window of a sample (`read_sample`, `sample`)."""
+
+
+def read_sample(tensor: TensorProto, window: int = SAMPLE_WINDOW) -> bytes:
     """A few windows of a deferred tensor's raw data (start, middle, end): tensors whose
     samples differ differ, so a search for equal weights reads whole tensors only where
     the samples agree."""
     info = reference(tensor)
     length = int(info.get("length", "0"))
-    window = min(window, length)
     out = []
     with _open(tensor, info) as f:
         start = f.tell()
-        for offset in sorted({0, (length - window) // 2, length - window}):
+        for offset, size in _sample_windows(length, window):
             f.seek(start + offset)
-            out.append(f.read(window))
+            out.append(f.read(size))
     return b"".join(out)
+
+
+def sample(tensor: TensorProto | np.ndarray, window: int = SAMPLE_WINDOW) -> bytes | None:
+    """`read_sample`'s windows, the same bytes, of any weight whose raw data is numpy's own
+    little-endian layout: a deferred tensor's file, an inline tensor's `raw_data`, or an
+    array of a `_PLAIN` type; None for any other (typed fields, packed or string types)."""
+    if isinstance(tensor, np.ndarray):
+        if tensor.dtype.kind not in "biuf" or tensor.dtype.itemsize > 8:
+            return None
+        flat = np.ascontiguousarray(tensor).reshape(-1)
+        data = flat.astype(flat.dtype.newbyteorder("<"), copy=False).view(np.uint8)
+        return b"".join(data[o:o + n].tobytes() for o, n in _sample_windows(data.size, window))
+    if is_deferred(tensor):
+        return read_sample(tensor, window)
+    if tensor.data_type not in _PLAIN or tensor.HasField("segment") or not tensor.raw_data:
+        return None
+    raw = tensor.raw_data
+    return b"".join(raw[o:o + n] for o, n in _sample_windows(len(raw), window))
+
+
+def _sample_windows(length: int, window: int) -> list[tuple[int, int]]:
+    """(offset, size) of the start, middle and end windows of `length` bytes."""
+    window = min(window, length)
+    return [(o, window) for o in sorted({0, (length - window) // 2, length - window})]
 
 
 def materialize(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx_graphsurgeon as gs
 import pytest
 from gfhelpers import apply, assert_idempotent, assert_same_outputs, feeds_for, ops, parse
 from onnx import TensorProto, helper, numpy_helper
@@ -423,8 +424,9 @@ def test_only_groups_that_can_hold_duplicates_are_read(loads):
     model = _unique_weights_model(10, duplicate=True)
     out, result = apply(DedupConstants(), model)
     assert dict(result.counts) == {SHARED_INITIALIZERS: 1}
-    # b0 is read twice: once to hash, once (held) to confirm b1 byte for byte.
-    assert sorted(loads) == ["b0", "b0", "b1", "b2"]
+    # b0 is read twice: once to hash, once (held) to confirm b1 byte for byte; b2's
+    # sampled bytes differ from theirs, so it is never read whole.
+    assert sorted(loads) == ["b0", "b0", "b1"]
     assert sorted(ops(out)) == ["MatMul"] * 10 + ["ReduceSum", "Sum"]
     assert _inputs_by_output(out)["v"] == ["z", "b0", "b0", "b2"]
     assert_same_outputs(model, out, feeds_for(model))
@@ -464,3 +466,56 @@ def test_weights_left_in_their_file_are_compared_in_full_where_samples_agree(tmp
     assert dict(result.counts) == {SHARED_INITIALIZERS: 1}
     assert _node_inputs(out) == [["x", "a"], ["s1", "a"], ["s2", "c"]]
     assert_same_outputs(io.load(path), out, feeds_for(out), rtol=0, atol=0)
+
+
+def test_a_sample_is_the_same_bytes_from_a_file_a_proto_and_an_array(tmp_path):
+    """`weights.sample` reads the same windows of the raw bytes whichever form holds the
+    weight, so deferred, inline and in-memory weights are split by sample together."""
+    from graphfix import io, weights
+
+    value = np.random.default_rng(1).standard_normal([300, 70]).astype(np.float16)
+    proto = numpy_helper.from_array(value, "w")
+    nodes = [helper.make_node("Add", ["x", "w"], ["y"])]
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(nodes, [_value("x", [300, 70], TensorProto.FLOAT16)],
+                     [_value("y", [300, 70], TensorProto.FLOAT16)], [proto]), path)
+    deferred = io.load(path, weights=False).graph.initializer[0]
+    assert weights.is_deferred(deferred)
+    whole = value.tobytes()
+    expected = whole[:4096] + whole[(len(whole) - 4096) // 2:][:4096] + whole[-4096:]
+    assert weights.sample(deferred) == weights.sample(proto) == expected
+    assert weights.sample(value) == expected
+    assert weights.sample(np.asfortranarray(value)) == expected  # C order, as exported
+    assert weights.sample(value.astype(">f2")) == expected  # little-endian, as exported
+    assert weights.sample(np.array(["a"])) is None
+    assert weights.sample(numpy_helper.from_array(np.array(["a"]), "s")) is None
+    typed = helper.make_tensor("t", TensorProto.FLOAT, [2], [1.0, 2.0])  # float_data
+    assert weights.sample(typed) is None
+
+
+def test_weights_a_pass_made_are_split_by_sample_before_any_is_read_whole(loads):
+    """fold-bn leaves new weights as arrays or as their inline protos (`settle_constants`);
+    many of one dtype and shape are split by sampled windows, so only equal-looking ones
+    are read: k0, k1 and k4 (k0 again, to confirm k1 byte for byte), never k2 or k3."""
+    from graphfix.graph.convert import settle_constants
+
+    model = parse(HEADER + """
+    g (float[64,64] x) => (float[64,64] y) {
+        a = Add(x, x)
+        b = Add(a, a)
+        c = Add(b, b)
+        d = Add(c, c)
+        y = Add(d, d)
+    }""")
+    graph = to_graph(model)
+    rng = np.random.default_rng(2)
+    base = rng.standard_normal([64, 64]).astype(np.float32)
+    values = [base, base.copy(), rng.standard_normal([64, 64]).astype(np.float32),
+              rng.standard_normal([64, 64]).astype(np.float32), base.copy()]
+    for i, (node, value) in enumerate(zip(graph.nodes, values, strict=True)):
+        node.inputs[1] = gs.Constant(f"k{i}", value)
+    settle_constants(graph)  # k0..k4 become lazy over their protos (>= 1025 elements)
+    result = DedupConstants().run(graph, PassContext())
+    assert dict(result.counts) == {SHARED_INITIALIZERS: 2}
+    assert sorted(loads) == ["k0", "k0", "k1", "k4"]
+    assert [n.inputs[1].name for n in graph.nodes] == ["k0", "k0", "k2", "k3", "k0"]

@@ -172,9 +172,11 @@ def test_passes_after_an_unchecked_change_are_not_told_shapes_are_inferred(make_
     make_preset("sees-shapes", "remove-one-identity", "sees-shapes")
     monkeypatch.setattr(SeesShapes, "told", [])
     run("made", parse(MODEL))
-    # rounds 1-3 remove an Identity each; round 4 changes nothing (its last sees-shapes is
-    # not run again: the graph it left unchanged)
-    assert SeesShapes.told == [True, False, True, False, True, False, True]
+    # rounds 1-3 remove an Identity each, round 4 changes nothing. The round's end finds
+    # the shapes the graph has, so a round's first sees-shapes is not run again: it would
+    # see the graph the last one left unchanged (which, told nothing, inferred shapes
+    # itself if it needed them)
+    assert SeesShapes.told == [True, False, False, False]
 
 
 class RaisesOnRelu(Pass):
@@ -221,3 +223,55 @@ def test_a_pass_raising_after_unexported_ones_is_rolled_back_alone(make_preset,
         raised[0].rollback_reason
     assert any("raised RuntimeError: no Identity to work on, after passes of its round "
                "that were not exported yet" in n for n in report.verify_notes)
+
+
+class CountsRuns(Pass):
+    """Changes nothing; counts its runs."""
+
+    name = "counts-runs"
+    summary = "test only"
+    Options = NoOptions
+    runs = 0
+
+    def run(self, graph, ctx):
+        CountsRuns.runs += 1
+        return PassResult(changed=False, notes=[Note("graph", "counted")])
+
+
+class PeelsAndForgetsShapes(RemoveOneIdentity):
+    """Removes one Identity per run and leaves every tensor it did not touch shapeless, so
+    that the checks at the round's end give the graph new shapes."""
+
+    name = "peel-and-forget"
+
+    def run(self, graph, ctx):
+        result = super().run(graph, ctx)
+        if result.changed:
+            for node in graph.nodes:
+                for t in node.outputs:
+                    if all(t is not o for o in graph.outputs):
+                        t.shape = None
+        return result
+
+
+@pytest.mark.parametrize("peel, runs", [(RemoveOneIdentity, 3), (PeelsAndForgetsShapes, 4)])
+def test_a_round_skips_a_pass_on_the_graph_it_left_unchanged_unless_shapes_came(
+        monkeypatch, peel, runs):
+    """The round's end checks the graph and gives it the inferred shapes. When those are
+    the shapes it had, the last round's passes that came after the last change see the
+    graph they left unchanged and are not run again; when they add shapes, they are."""
+    from graphfix.passes.manager import NOT_RERUN
+
+    for cls in (peel, CountsRuns):
+        monkeypatch.setitem(registry.REGISTRY, cls.name, cls)
+    monkeypatch.setitem(registry.PRESET_REGISTRY, "made", Preset(
+        "made", "test preset", (peel.name, CountsRuns.name), 10))
+    monkeypatch.setattr(CountsRuns, "runs", 0)
+    out, report = run("made", parse(MODEL.replace("y = Relu(c)", "d = Relu(c)\n    y = Relu(d)")))
+    assert ops(out) == ["Relu", "Relu"]
+    assert report.rounds == {"made": 4}
+    assert CountsRuns.runs == runs
+    last = report.passes[-1]
+    assert (last.round, last.spec, last.status) == (4, CountsRuns.name, UNCHANGED)
+    assert last.notes == ["graph: counted"]
+    assert (last.check == NOT_RERUN) == (runs == 3)
