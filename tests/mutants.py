@@ -102,9 +102,9 @@ def _weight_scaled(factor: float) -> Callable[[], contextlib.AbstractContextMana
             plan = original(node, bn, affine)
             if isinstance(plan, str):
                 return plan
-            weight = plan.weight.copy()
+            weight = plan.weight().copy()  # the plan computes its weight when asked
             weight[0] *= np.asarray(factor, weight.dtype)
-            return dataclasses.replace(plan, weight=weight)
+            return dataclasses.replace(plan, weight=lambda: weight)
 
         first = _FirstOnly(wrong, original)
         with mock.patch.dict(fold_bn._FOLDERS, {"Conv": first}), first.per_run():

@@ -245,6 +245,29 @@ def test_plain_depthwise_is_not_copied():
                     "BatchNormalization 'bn'", reason)
 
 
+@pytest.mark.parametrize("pass_, chain, second, module, scaler", [
+    (FuseConvMul, "mul", "pool", "graphfix.passes.fuse_conv_mul", "scale_out_channels"),
+    (FoldBatchNorm, "bn", "both", "graphfix.passes.fold_bn", "_scaled"),
+])
+def test_a_fold_the_copy_rule_refuses_never_scales_weights(monkeypatch, pass_, chain, second,
+                                                           module, scaler):
+    """The plan is made before the Conv-copy cost model decides; its new weights are
+    computed only for a fold that is made (maxvit_t: 23 refused folds per run)."""
+    import importlib
+
+    scaled = []
+    target = importlib.import_module(module)
+    original = getattr(target, scaler)
+    monkeypatch.setattr(target, scaler, lambda *a: scaled.append(1) or original(*a))
+    refused = _chain(BIG_3X3 if chain == "mul" else DEPTHWISE, chain=chain, second=second)
+    result = pass_().run(to_graph(refused), PassContext())
+    assert not result.changed and "so it is not copied" in str(result.notes[0])
+    assert scaled == []
+    made = _chain(DEPTHWISE_X4, chain=chain, second=second)
+    assert pass_().run(to_graph(made), PassContext()).changed
+    assert scaled == [1]
+
+
 def _decomposed_hardswish() -> onnx.ModelProto:
     """x -> Conv (8 -> 64, 1x1: cheap to copy) -> c; y = c * Clip(c + 3, 0, 6) / 6."""
     inits = [init("W", seeded([64, 8, 1, 1])), init("three", np.array(3.0, np.float32)),

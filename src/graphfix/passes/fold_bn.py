@@ -70,9 +70,12 @@ class _Affine:
 
 @dataclass
 class _Plan:
-    """What to write into the linear node: new weight, new bias, attribute changes."""
+    """What to write into the linear node: new weight, new bias, attribute changes. The
+    weight is computed only when the fold is made (`_rewrite`): a fold refused after the
+    plan (a Conv copy that costs more than it saves, `ConvCopies.decide`) never scales
+    weights (as in fuse-conv-mul, where maxvit_t refuses 23 such folds per run)."""
 
-    weight: np.ndarray
+    weight: Callable[[], np.ndarray]
     bias: np.ndarray
     bias_index: int
     attrs: dict[str, Any] = field(default_factory=dict)
@@ -260,7 +263,7 @@ def _fold_conv(node: gs.Node, bn: gs.Node, affine: _Affine) -> _Plan | str:
     if reason:
         return reason
     s = affine.scale.reshape((-1,) + (1,) * (w.ndim - 1))
-    return _Plan(weight=_scaled(w, s), bias=_new_bias(b, affine, w.dtype), bias_index=2)
+    return _Plan(weight=lambda: _scaled(w, s), bias=_new_bias(b, affine, w.dtype), bias_index=2)
 
 
 def _fold_conv_transpose(node: gs.Node, bn: gs.Node, affine: _Affine) -> _Plan | str:
@@ -279,10 +282,15 @@ def _fold_conv_transpose(node: gs.Node, bn: gs.Node, affine: _Affine) -> _Plan |
     if reason:
         return reason
     kernel = w.shape[2:]
-    grouped = w.astype(np.float64).reshape((groups, w.shape[0] // groups, per_group) + kernel)
     s = affine.scale.reshape((groups, 1, per_group) + (1,) * len(kernel))
+
+    def weight() -> np.ndarray:
+        grouped = w.astype(np.float64).reshape((groups, w.shape[0] // groups, per_group)
+                                               + kernel)
+        return (grouped * s).reshape(w.shape).astype(w.dtype)
+
     return _Plan(
-        weight=(grouped * s).reshape(w.shape).astype(w.dtype),
+        weight=weight,
         bias=_new_bias(b, affine, w.dtype),
         bias_index=2,
     )
@@ -304,7 +312,7 @@ def _fold_gemm(node: gs.Node, bn: gs.Node, affine: _Affine) -> _Plan | str:
     beta = float(node.attrs.get("beta", 1.0))
     bias = affine.shift if c is None else beta * c.astype(np.float64) * affine.scale + affine.shift
     return _Plan(
-        weight=(w.astype(np.float64) * s).astype(w.dtype),
+        weight=lambda: (w.astype(np.float64) * s).astype(w.dtype),
         bias=bias.astype(w.dtype),
         bias_index=2,
         attrs={"beta": 1.0},
@@ -330,7 +338,7 @@ def _fold_matmul(node: gs.Node, bn: gs.Node, affine: _Affine) -> _Plan | str:
     if reason:
         return reason
     return _Plan(
-        weight=(w.astype(np.float64) * affine.scale[None, :]).astype(w.dtype),
+        weight=lambda: (w.astype(np.float64) * affine.scale[None, :]).astype(w.dtype),
         bias=affine.shift.astype(w.dtype),
         bias_index=2,
         op="Gemm",
@@ -374,7 +382,7 @@ _FOLDERS: dict[str, Callable[[gs.Node, gs.Node, _Affine], _Plan | str]] = {
 def _rewrite(bn: gs.Node, producer: gs.Node, plan: _Plan, names: set[str]) -> None:
     """New constants into `producer`; it takes the BN's output tensor; the BN is disconnected."""
     base = bn.outputs[0].name
-    producer.inputs[1] = gs.Constant(fresh_name(f"{base}_folded_weight", names), plan.weight)
+    producer.inputs[1] = gs.Constant(fresh_name(f"{base}_folded_weight", names), plan.weight())
     bias = gs.Constant(fresh_name(f"{base}_folded_bias", names), plan.bias)
     if len(producer.inputs) > plan.bias_index:
         producer.inputs[plan.bias_index] = bias
