@@ -3,6 +3,7 @@ their order, every tensor's producer and consumer lists, bodies and local functi
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_graphsurgeon as gs
 import pytest
 from gfhelpers import parse
@@ -102,3 +103,49 @@ def test_after_a_fold_on_real_models_as_gs_does(name, shared_model):
     assert len(ours.nodes) < len(make().nodes)
     assert _state(ours) == _state(theirs)
     assert export(ours).SerializeToString() == export(theirs).SerializeToString()
+
+
+CHAIN = '<ir_version: 8, opset_import: ["" : 17]>' + """
+g (float[2] x) => (float[2] y) {
+    a = Neg(x)
+    b = Abs(a)
+    c = Relu(b)
+    y = Sin(x)
+}"""
+
+
+def test_a_graph_where_every_node_is_read_is_not_searched(monkeypatch):
+    """Every node's output read by a node of the graph or a graph output: nothing can be
+    unused (the last unused node would have no reader), so no search is made."""
+    import graphfix.graph.prune as module
+
+    graph = to_graph(parse(CHAIN.replace("Sin(x)", "Sin(c)")))
+    monkeypatch.setattr(module, "_used_nodes", lambda g: pytest.fail("searched"))
+    before = _state(graph)
+    assert prune(graph) == 0
+    assert _state(graph) == before
+
+
+
+@pytest.mark.parametrize("cut", ["dropped from the list", "reading from a body"])
+def test_a_reader_outside_the_graphs_nodes_keeps_the_search(cut):
+    """Neg and Abs are read, but only by nodes that are not the graph's own: Relu once a
+    pass dropped it from the node list without detaching it (unused: all three go, as in
+    gs), or a node in an If's body (used: the search follows the body's outer reads)."""
+    def make():
+        graph = to_graph(parse(CHAIN))
+        relu = graph.nodes[2]
+        graph.nodes.remove(relu)
+        if cut == "reading from a body":
+            inner = gs.Graph(nodes=[relu], outputs=[relu.outputs[0]], name="then")
+            cond = gs.Constant("cond", np.array(True))
+            out = gs.Variable("z", dtype=np.float32, shape=[2])
+            graph.nodes.append(gs.Node("If", "if", inputs=[cond], outputs=[out],
+                                       attrs={"then_branch": inner, "else_branch": inner}))
+            graph.outputs.append(out)
+        return graph
+
+    ours, theirs = _both(make)
+    assert _state(ours) == _state(theirs)
+    kept = [n.op for n in ours.nodes]
+    assert kept == (["Sin"] if cut == "dropped from the list" else ["Neg", "Abs", "Sin", "If"])

@@ -155,17 +155,19 @@ def fingerprint(graph: gs.Graph) -> tuple:
         ("opsets", graph.opset, tuple((d.domain, d.version) for d in graph.import_domains or ()))
     ]
     tensors: dict[int, gs.Tensor] = {}
-    update, append = tensors.update, parts.append
+    read: list[gs.Tensor] = []  # every node's inputs and outputs, in order, repeats kept
+    append, collect = parts.append, read.extend
     for g in all_graphs(graph):
         append(("graph", id(g), _ids(g.inputs, tensors), _ids(g.outputs, tensors)))
         for node in g.nodes:  # the hot loop: inlined, plain attribute values as they are
             ins, outs, attrs = node.inputs, node.outputs, node.attrs
-            in_ids, out_ids = tuple(map(id, ins)), tuple(map(id, outs))
-            update(zip(in_ids, ins, strict=True))
-            update(zip(out_ids, outs, strict=True))
-            append((id(node), node.op, node.name, node.domain, in_ids, out_ids,
+            collect(ins)
+            collect(outs)
+            append((id(node), node.op, node.name, node.domain, tuple(map(id, ins)),
+                    tuple(map(id, outs)),
                     tuple([(k, v if type(v) in _PLAIN else _attr_key(v))
                            for k, v in attrs.items()]) if attrs else ()))
+    tensors.update(zip(map(id, read), read, strict=True))  # one update, not 2 per node
     # each tensor's own state once, however many nodes read it; the shapes last, so that
     # `same_structure` can tell a pass that only annotated shapes
     values = tensors.values()
