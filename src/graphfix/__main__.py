@@ -1,3 +1,3 @@
-from graphfix.cli.app import main
+from graphfix.cli.app import entry
 
-main()
+entry()

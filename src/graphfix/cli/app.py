@@ -88,3 +88,40 @@ def main() -> None:
             file=sys.stderr,
         )
         sys.exit(EXIT_INTERNAL)
+
+
+def entry() -> None:
+    """The console script and `python -m graphfix`: `main`, then the process ends at once.
+
+    Ending normally, CPython frees every object the command made before it exits: the
+    graph, its tensors, the models and the modules' state, with nothing left to use them
+    (swin_t: 0.10 s of a 1.35 s `run --no-check`, measured between the command's end and
+    the process's). The command has written and closed everything by then (outputs are
+    committed atomically, temporary directories removed by their context managers), so
+    the process flushes its standard streams and logging and calls `os._exit` with the
+    exit status Python would give: SystemExit's code (None: 0; text: printed, 1), and 120
+    when flushing stdout fails, as CPython does. `main` itself, which tests and scripts
+    call in-process, returns or raises as before."""
+    import logging
+    import os
+
+    try:
+        main()
+        status: object = 0
+    except SystemExit as stop:
+        status = stop.code
+    if status is None:
+        status = 0
+    elif not isinstance(status, int):
+        print(status, file=sys.stderr)
+        status = 1
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):  # a closed pipe: CPython's exit status then is 120
+        status = 120
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    logging.shutdown()
+    os._exit(status)
