@@ -59,6 +59,33 @@ def test_the_external_data_of_an_input_model_is_an_input(tmp_path):
     files.claim(path, "the output model", model=True, replaces=path)  # --in-place
 
 
+@pytest.mark.parametrize("where", ["initializer", "Constant node"])
+def test_external_data_is_found_among_inline_weights(tmp_path, monkeypatch, where):
+    """The model is read without its large inline weights (`graphfix.wire`); the one
+    tensor kept in 'side.bin' is still found, in an initializer or a Constant node, and
+    the file is not loaded whole."""
+    model = _model()  # w: 8 KB inline
+    side = onnx.numpy_helper.from_array(np.ones([4, 64], np.float32), "side")
+    (tmp_path / "side.bin").write_bytes(side.raw_data)
+    side.ClearField("raw_data")
+    side.data_location = onnx.TensorProto.EXTERNAL
+    for k, v in (("location", "side.bin"), ("offset", "0"), ("length", str(4 * 64 * 4))):
+        side.external_data.add(key=k, value=v)
+    graph = model.graph
+    graph.output.append(value("s", [4, 64]))
+    if where == "initializer":
+        graph.initializer.append(side)
+        graph.node.append(onnx.helper.make_node("Identity", ["side"], ["s"]))
+    else:
+        graph.node.append(onnx.helper.make_node("Constant", [], ["s"], value=side))
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    (tmp_path / "other.bin").write_bytes(b"")
+    monkeypatch.setattr(onnx, "load_model", lambda *a, **k: pytest.fail("loaded whole"))
+    assert target_is_external_data(str(path), str(tmp_path / "side.bin"))
+    assert not target_is_external_data(str(path), str(tmp_path / "other.bin"))
+
+
 def test_an_output_inside_a_given_folder_is_refused(tmp_path, model_file):
     data = tmp_path / "calib"
     data.mkdir()
