@@ -703,7 +703,85 @@ def test_a_sum_of_integers_that_may_be_large_is_left():
         "TensorRT 8.6 lists ReduceSum for FP32, FP16 only, not INT64 (INT32 after the "
         "parser's cast), and it cannot be computed in float32 exactly: its terms are not a "
         "Cast of a BOOL tensor, so they may be large, and a float32 sum of large integers "
-        "rounds"))])
+        "rounds; nor slice by slice: it reduces 300 elements into each output element, "
+        "more than the 16 graphfix combines one by one"))])
+
+
+def _image_size(op: str, keepdims: int, opset: int = 17) -> onnx.ModelProto:
+    """torchvision's detectors: op(Slice(Shape(image), -2)) of the image's [H, W] (INT64)."""
+    axes_in = opset >= (13 if op == "ReduceSum" else 18)
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "start", "end"], ["hw"]),
+             helper.make_node(op, ["hw"] + (["axes"] if axes_in else []), ["y"], name="r",
+                              keepdims=keepdims, **({} if axes_in else {"axes": [0]}))]
+    inits = [numpy_helper.from_array(np.array([-2], np.int64), "start"),
+             numpy_helper.from_array(np.array([4], np.int64), "end")]
+    inits += [numpy_helper.from_array(np.array([0], np.int64), "axes")] if axes_in else []
+    model = _model(nodes, [_vi("x", [1, 3, "h", "w"])],
+                   [_vi("y", [1] if keepdims else [], TensorProto.INT64)], inits, opset)
+    model.graph.value_info.append(_vi("hw", [2], TensorProto.INT64))  # as inference says
+    return model
+
+
+ELEMENTWISE = {"ReduceMin": "Min", "ReduceMax": "Max", "ReduceSum": "Add", "ReduceProd": "Mul"}
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("op", sorted(ELEMENTWISE))
+def test_an_integer_reduction_of_two_elements_is_combined_slice_by_slice(op, keepdims, opset):
+    """8.6 lists ReduceX for FP32/FP16 only: over the detectors' [H, W] it becomes two
+    Gathers and Min/Max/Add/Mul in INT64 (INT32 for the parser, which its rows list),
+    exactly; doctor then finds nothing to say about it."""
+    model = _image_size(op, keepdims, opset)
+    feed_sets = [feeds_for(model, x=(1, 3, h, w)) for h, w in ((480, 640), (800, 333))]
+    out = _lowers(model, "8.6", ["Shape", "Slice", "Gather", "Gather", ELEMENTWISE[op]],
+                  {f"lowered {op} into Gather, {ELEMENTWISE[op]}": 1}, feed_sets=feed_sets,
+                  notes=[_opset_note(18, "8.6")] if opset == 18 else [], rtol=0, atol=0)
+    gathers = [n for n in out.graph.node if n.op_type == "Gather"]
+    index = [numpy_helper.to_array(i) for i in out.graph.initializer
+             if i.name in {n.input[1] for n in gathers}]
+    assert sorted(int(v.reshape(-1)[0]) for v in index) == [0, 1]
+    assert all(v.shape == ((1,) if keepdims else ()) for v in index)
+    assert not [f for f in diagnose(out, parse_target("8.6")).findings
+                if f.rule == "dtype-unsupported"]
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("op", ["ReduceProd", "ReduceMin"])
+def test_several_axes_are_combined_one_after_another(op, keepdims):
+    """x INT32 [2, 3, 4] over axes 0 and 2: 8 elements into each output element, the last
+    axis first; values drawn in [-9, 9] so the products stay in range."""
+    reduce = helper.make_node(op, ["x"], ["y"], name="r", axes=[0, 2], keepdims=keepdims)
+    shape = [1, 3, 1] if keepdims else [3]
+    model = _model([reduce], [_vi("x", [2, 3, 4], TensorProto.INT32)],
+                   [_vi("y", shape, TensorProto.INT32)])
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.integers(-9, 10, [2, 3, 4]).astype(np.int32)}
+    combine = ELEMENTWISE[op]
+    expected = ["Gather"] * 4 + ([combine] * 3 if combine == "Mul" else [combine]) + \
+        ["Gather"] * 2 + [combine]
+    _lowers(model, "8.6", expected, {f"lowered {op} into Gather, {combine}": 1},
+            feed_sets=[feeds], rtol=0, atol=0)
+
+
+def test_a_reduction_too_long_or_of_unknown_extent_is_left():
+    dynamic = _model([helper.make_node("ReduceMin", ["x"], ["y"], name="r", axes=[1],
+                                       keepdims=0)],
+                     [_vi("x", [2, "n"], TensorProto.INT64)], [_vi("y", [2], TensorProto.INT64)])
+    _stays(dynamic, "8.6", [("ReduceMin 'r'", (
+        "TensorRT 8.6 lists ReduceMin for FP32, FP16 only, not INT64 (INT32 after the "
+        "parser's cast), and it cannot be computed in float32 exactly: its terms are not a "
+        "Cast of a BOOL tensor, so they may be large, and a float32 sum of large integers "
+        "rounds; nor slice by slice: the extents of its axes [1] are not known statically "
+        "(or are 0)"))])
+    finding, = [f for f in diagnose(dynamic, parse_target("8.6")).findings
+                if f.rule == "dtype-unsupported"]
+    assert finding.fix.startswith(
+        "lower-unsupported (the default --trt pipeline runs it) computes ReduceMin exactly "
+        "where it reduces at most 16 elements of static extent (slice by slice: Gather and "
+        "Min in INT64 (INT32 after the parser's cast)) or a BOOL tensor cast to an integer "
+        "type (in FP32); elsewhere: Cast the tensor")
 
 
 def test_nonzero_of_bool_reads_float():

@@ -11,7 +11,13 @@ from collections.abc import Iterator
 from graphfix.doctor.findings import ERROR, WARN, Finding
 from graphfix.doctor.rules_plugins import handles as plugin_handles
 from graphfix.doctor.view import ModelView, NodeRef
-from graphfix.plugins.retype import FLOAT_FILLS, float_fill_refusal, retypes
+from graphfix.plugins.retype import (
+    ELEMENTWISE_OPS,
+    ELEMENTWISE_TERMS,
+    FLOAT_FILLS,
+    float_fill_refusal,
+    retypes,
+)
 from graphfix.trt import OpSupport, TrtTarget, documented_versions, parse_target
 
 # Ops whose first input is not the tensor the Types column describes: the input to read.
@@ -157,6 +163,12 @@ def _dtype_fix(type_name: str, op: str, listed: str, target: TrtTarget) -> str:
         fix = (f"export the fill's value as {listed.split(', ')[0]} (its only input is "
                "the shape, so there is nothing to Cast before it), or target a TensorRT "
                f"version that lists ConstantOfShape for {type_name}")
+    if retypes(op, type_name) and op in ELEMENTWISE_OPS:
+        return (f"lower-unsupported (the default --trt pipeline runs it) computes {op} "
+                "exactly where it reduces at most "
+                f"{ELEMENTWISE_TERMS} elements of static extent (slice by slice: Gather and "
+                f"{ELEMENTWISE_OPS[op]} in {type_name}) or a BOOL tensor cast to an integer "
+                f"type (in FP32); elsewhere: {fix}")
     if retypes(op, type_name):
         return (f"lower-unsupported (the default --trt pipeline runs it) computes {op} in "
                 "FP32 where that is exact (a ConstantOfShape value FP32 holds; sums and "

@@ -21,11 +21,13 @@ option `ops` lowers the op types it names whatever the target says (without a ta
 emitted ops are not checked); without a target or `ops` the pass changes nothing.
 
 A node the target parses, but not on its integer or BOOL type (CumSum and NonZero in
-every table; ConstantOfShape up to 10.0; ReduceSum up to 10.0), is computed in float32
-(and cast back) where that is exact (`graphfix.plugins.retype`: a fill float32 holds,
-sums and extrema of BOOL values, NonZero), else left with a note saying why the float
-result could differ. So is a ConstantOfShape with an FP16 or BF16 value up to 10.0
-(every such value is a float32 one), where the target's Cast row lists that type.
+every table; ConstantOfShape up to 10.0; ReduceSum up to 10.0; ReduceMin/Max/Prod in
+8.x), is computed in float32 (and cast back) where that is exact (`graphfix.plugins.
+retype`: a fill float32 holds, sums and extrema of BOOL values, NonZero), or, for a
+ReduceMin/Max/Sum/Prod over at most 16 elements of static extent, slice by slice in its
+own type (Gathers combined by Min/Max/Add/Mul); else it is left with a note saying why.
+So is a ConstantOfShape with an FP16 or BF16 value up to 10.0 (every such value is a
+float32 one) computed in float32, where the target's Cast row lists that type.
 
 A DequantizeLinear of an INT32 constant where the target's row does not list INT32 (the
 bias that onnxruntime's quantize_static writes for every Conv and Gemm of a Q/DQ model;
@@ -294,7 +296,7 @@ def _retype(node: gs.Node, env: Env, target) -> _Plan | str | None:
     ops = emitted_ops(emit, env)
     missing = unavailable(ops, target)
     if missing:
-        return (f"{why}, and computing it in float32 needs {', '.join(missing)}, which "
+        return (f"{why}, and its exact form needs {', '.join(missing)}, which "
                 f"{target.label()} does not parse")
     return _Plan(emit, ops, note)
 

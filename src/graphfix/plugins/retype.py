@@ -23,6 +23,16 @@ cast back::
     NonZero(x: BOOL or an integer type) = NonZero(Cast<float32>(x))
         exact: no integer becomes 0 in float32
 
+    ReduceMin/ReduceMax/ReduceSum/ReduceProd(x: an integer type) over axes of static
+    extent, at most `ELEMENTWISE_TERMS` elements reduced into each output element
+        = Min/Max(Gather(x, 0), Gather(x, 1), ...), Add/Mul(Add/Mul(Gather(x, 0), ...), ...)
+        one reduced axis after another (Gather with a scalar index drops the axis, with
+        index [i] keeps it for keepdims=1)
+        exact: the same integer operations, in the integer type (the target's Gather,
+        Min, Max, Add and Mul rows list INT32, which the 8.x parser makes of INT64);
+        torchvision's detectors take ReduceMin/ReduceMax of their image size and
+        ReduceProd of a shape, each a [2] vector
+
 Any other integer CumSum or ReduceX is left with the reason: its terms are not known to
 be small, and a float32 sum of large integers rounds. RoBERTa-family exports compute
 their position ids as CumSum(Cast<INT32>(Not(Equal(ids, pad)))), Mask2Former counts mask
@@ -127,6 +137,21 @@ def _summed(node: gs.Node, shape) -> int | None:
     """How many terms one output element of a CumSum or ReduceSum adds at most, None where
     not known statically."""
     rank = len(shape) if shape is not None else None
+    axes = _axes(node, rank)
+    if axes is None or rank is None:
+        return None
+    dims = [shape[a] for a in axes]
+    if not all(isinstance(d, int) and d >= 0 for d in dims):
+        return None
+    return int(np.prod(dims, dtype=np.int64))
+
+
+def _axes(node: gs.Node, rank: int | None) -> list[int] | None:
+    """The axes a CumSum or ReduceX node reduces, in [0, rank), sorted (all of them where
+    none are given); None where not known statically or the rank is unknown, [] where
+    it reduces nothing (noop_with_empty_axes)."""
+    if rank is None:
+        return None
     if node.op == "CumSum":
         axes = constant_value(node.inputs[1]) if len(node.inputs) > 1 else None
     elif "axes" in node.attrs:
@@ -134,14 +159,76 @@ def _summed(node: gs.Node, shape) -> int | None:
     elif len(node.inputs) > 1 and node.inputs[1].name:
         axes = constant_value(node.inputs[1])
     else:
-        axes = None if node.attrs.get("noop_with_empty_axes", 0) else []
-    if axes is None or rank is None:
+        axes = []
+    if axes is None:
         return None
-    axes = [int(a) % rank for a in np.ravel(axes)] or list(range(rank))
-    dims = [shape[a] for a in axes]
-    if not all(isinstance(d, int) and d >= 0 for d in dims):
-        return None
-    return int(np.prod(dims, dtype=np.int64))
+    axes = sorted({int(a) % rank for a in np.ravel(axes)}) if rank else []
+    if not axes and not (node.op != "CumSum" and node.attrs.get("noop_with_empty_axes", 0)):
+        axes = list(range(rank))
+    return axes
+
+
+ELEMENTWISE_TERMS = 16
+"""The most elements `_by_elements` combines into one output element (one Gather each)."""
+
+ELEMENTWISE_OPS = {"ReduceMin": "Min", "ReduceMax": "Max", "ReduceSum": "Add", "ReduceProd": "Mul"}
+"""ReduceX -> the elementwise op that combines its slices (Min and Max take any number of
+inputs, Add and Mul two; ONNX's Sum takes float types only)."""
+
+
+def _reduce(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
+    """An integer ReduceSum/Max/Min/Prod: over a Cast of BOOL in float32 (`_count`), else
+    slice by slice in its own type (`_by_elements`)."""
+    counted = _count(node, env)
+    if not isinstance(counted, str):
+        return counted
+    sliced = _by_elements(node)
+    if not isinstance(sliced, str):
+        return sliced
+    return f"{counted}; nor slice by slice: {sliced}"
+
+
+def _by_elements(node: gs.Node) -> tuple[Emit, str] | str:
+    """ReduceX over axes of static extent as Gathers of each slice, combined by the op
+    `ELEMENTWISE_OPS` names (module docstring), or why not."""
+    x, y, op = node.inputs[0], node.outputs[0], ELEMENTWISE_OPS[node.op]
+    shape = x.shape
+    axes = _axes(node, len(shape) if shape is not None else None)
+    if axes is None:
+        return "its input's rank or its axes are not known statically"
+    if not axes:
+        return "it reduces no axis (noop_with_empty_axes)"
+    extents = [shape[a] for a in axes]
+    if not all(isinstance(d, int) and d > 0 for d in extents):
+        return f"the extents of its axes {axes} are not known statically (or are 0)"
+    terms = int(np.prod(extents))
+    if terms > ELEMENTWISE_TERMS:
+        return (f"it reduces {terms} elements into each output element, more than the "
+                f"{ELEMENTWISE_TERMS} graphfix combines one by one")
+    keep = bool(node.attrs.get("keepdims", 1))
+    dtype = known_dtype(x)
+
+    def emit(b: Builder) -> None:
+        t = x
+        for step, axis in enumerate(reversed(axes)):  # the highest first: lower ones stay
+            last = step == len(axes) - 1
+            pieces = []
+            for i in range(shape[axis]):
+                index = b.const(f"index{axis}_{i}", np.array([i] if keep else i, np.int64))
+                alone = last and shape[axis] == 1
+                pieces.append(b.node("Gather", [t, index], {"axis": axis},
+                                     out=y if alone else None, dtype=dtype))
+            if len(pieces) == 1:
+                t = pieces[0]
+            elif op in ("Add", "Mul"):
+                t = pieces[0]
+                for i, piece in enumerate(pieces[1:], start=2):
+                    t = b.node(op, [t, piece], out=y if last and i == len(pieces) else None,
+                               dtype=dtype)
+            else:
+                t = b.node(op, pieces, out=y if last else None, dtype=dtype)
+
+    return emit, ""
 
 
 def _nonzero(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
@@ -185,6 +272,7 @@ def float_fill_refusal(target: TrtTarget, type_name: str) -> str:
 RETYPES: dict[str, Callable[[gs.Node, Env], tuple[Emit, str] | str]] = {
     "ConstantOfShape": _constant_of_shape,
     "NonZero": _nonzero,
-    **{op: _count for op in ("CumSum", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")},
+    "CumSum": _count,
+    **{op: _reduce for op in ELEMENTWISE_OPS},
 }
 """op type -> planner: (the emitting function, a note or "") or why it cannot."""
