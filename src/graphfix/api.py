@@ -237,7 +237,20 @@ def _review(result: Result, prepared: _Prepared, explain: bool, name: str) -> No
         from graphfix.doctor import diagnose
 
         result.diagnosis = diagnose(result.model, prepared.trt, name=name)
+        result.diagnosis.after_run(_left_by(report))
         report.doctor = result.diagnosis.to_json()
+
+
+def _left_by(report: Report) -> dict[str, dict[str, str]]:
+    """pass name -> {node label: the reason its last run noted for the node}."""
+    left: dict[str, dict[str, str]] = {}
+    for record in report.passes:
+        said = left.setdefault(record.spec.split("{")[0], {})
+        for note in record.notes:
+            subject, _, reason = note.partition(": ")
+            if reason:
+                said[subject] = reason
+    return left
 
 
 @dataclass

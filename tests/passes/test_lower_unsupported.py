@@ -598,6 +598,23 @@ def test_an_integer_cumsum_of_values_that_may_be_large_is_left():
         "they may be large, and a float32 sum of large integers rounds"))])
 
 
+def test_after_the_run_doctor_says_why_the_pass_left_the_node():
+    """doctor alone names lower-unsupported as the fix; after `run --trt`, which ran it, the
+    fix says what the pass noted about the node it left, then the fix for elsewhere."""
+    model = _position_ids(7, source="values")
+    alone, = [f for f in diagnose(model, parse_target("10.16")).findings
+              if f.rule == "dtype-unsupported"]
+    assert alone.fix.startswith("lower-unsupported (the default --trt pipeline runs it) ")
+    result = api_run(model, trt="10.16", check=True)
+    after, = [f for f in result.diagnosis.findings if f.rule == "dtype-unsupported"]
+    assert after.fix == (
+        "lower-unsupported ran and left it: TensorRT 10.16 lists CumSum for FP32, FP16, BF16 "
+        "only, not INT32, and it cannot be computed in float32 exactly: its terms are not a "
+        "Cast of a BOOL tensor, so they may be large, and a float32 sum of large integers "
+        "rounds; instead: " + alone.fix.split("; elsewhere: ")[1])
+    assert result.report.doctor["findings"][0]["fix"] == after.fix
+
+
 def _filled(value: np.ndarray, shape_from=(2, 3)):
     """y = Min(ConstantOfShape(Shape(x)){value}, Cast<value type>(x)): T5's bucket clamp."""
     elem = helper.np_dtype_to_tensor_dtype(value.dtype)

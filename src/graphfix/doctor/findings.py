@@ -17,6 +17,10 @@ SCHEMA = "graphfix.doctor/1"
 
 
 
+RUN_BY_TRT = "(the default --trt pipeline runs it)"
+"""Said after a pass named as a fix that `graphfix run --trt` runs (`Diagnosis.after_run`)."""
+
+
 class Severity(StrEnum):
     """How bad a finding is (a str: the JSON holds the value). ERROR: the target's parser
     rejects the model; WARN: it parses, but something is lost or slow; INFO: a fact."""
@@ -125,6 +129,25 @@ class Diagnosis:
         if model_wide:
             parts.append(f"{model_wide} model-wide error{'s' * (model_wide != 1)}")
         return f"{self.target} will parse this model: no — {', '.join(parts)}"
+
+    def after_run(self, ran: dict[str, dict[str, str]]) -> None:
+        """After `graphfix run`: a finding whose fix is a pass the run ran (`RUN_BY_TRT`)
+        on a node that pass left says why it left it, from the pass's own note, and then
+        the fix for elsewhere. `ran`: pass name -> {node label: the reason it noted}."""
+        for i, finding in enumerate(self.findings):
+            name, _, rest = finding.fix.partition(f" {RUN_BY_TRT}")
+            said = ran.get(name, {}) if rest else {}
+            reasons = list(dict.fromkeys(said[n] for n in finding.nodes if n in said))
+            if not reasons:
+                continue
+            it = "them" if len(finding.nodes) > 1 else "it"
+            fix = f"{name} ran and left {it}: {reasons[0]}"
+            if len(reasons) > 1:
+                fix += f" (and {len(reasons) - 1} other reason(s): the run's --report)"
+            _, _, elsewhere = rest.partition("; elsewhere: ")
+            if elsewhere:
+                fix += f"; instead: {elsewhere}"
+            self.findings[i] = replace(finding, fix=fix)
 
     def fails(self, fail_on: str) -> bool:
         """Whether a finding at or above `fail_on` ("error", "warn", "never") exists."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from graphfix.doctor.findings import ERROR, WARN, Finding
+from graphfix.doctor.findings import ERROR, RUN_BY_TRT, WARN, Finding
 from graphfix.doctor.rules_plugins import handles as plugin_handles
 from graphfix.doctor.view import ModelView, NodeRef
 from graphfix.plugins.retype import (
@@ -164,13 +164,13 @@ def _dtype_fix(type_name: str, op: str, listed: str, target: TrtTarget) -> str:
                "the shape, so there is nothing to Cast before it), or target a TensorRT "
                f"version that lists ConstantOfShape for {type_name}")
     if retypes(op, type_name) and op in ELEMENTWISE_OPS:
-        return (f"lower-unsupported (the default --trt pipeline runs it) computes {op} "
+        return (f"lower-unsupported {RUN_BY_TRT} computes {op} "
                 "exactly where it reduces at most "
                 f"{ELEMENTWISE_TERMS} elements of static extent (slice by slice: Gather and "
                 f"{ELEMENTWISE_OPS[op]} in {type_name}) or a BOOL tensor cast to an integer "
                 f"type (in FP32); elsewhere: {fix}")
     if retypes(op, type_name):
-        return (f"lower-unsupported (the default --trt pipeline runs it) computes {op} in "
+        return (f"lower-unsupported {RUN_BY_TRT} computes {op} in "
                 "FP32 where that is exact (a ConstantOfShape value FP32 holds; sums and "
                 f"extrema of a BOOL tensor cast to an integer type; NonZero); elsewhere: {fix}")
     return fix
@@ -184,7 +184,7 @@ def _float_fill_fix(type_name: str, target: TrtTarget) -> str:
     if refused:
         return (f"{refused}: export this fill (and what reads it) in FP32, or target a "
                 f"TensorRT version that lists ConstantOfShape for {type_name}")
-    return ("lower-unsupported (the default --trt pipeline runs it) fills in FP32 and "
+    return (f"lower-unsupported {RUN_BY_TRT} fills in FP32 and "
             f"Casts the result to {type_name}, exactly (FP32 holds every {type_name} value)")
 
 
