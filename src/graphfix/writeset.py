@@ -100,6 +100,12 @@ class WriteSet:
         self.committed = True
         staging.publish(staged)
 
+    def withdraw(self, entries: list[tuple[str, str]]) -> None:
+        """Remove these staged temporaries and forget them (a model staged early whose
+        run then returned another, `graphfix.api`)."""
+        staging.discard(entries)
+        self.staged = [e for e in self.staged if e not in entries]
+
     def discard(self) -> None:
         staging.discard(self.staged)
         self.staged = []

@@ -99,6 +99,7 @@ from graphfix.runtime import references
 from graphfix.runtime.outputs import OutputCheck
 
 PassCallback = Callable[[PassRecord, onnx.ModelProto], None]
+FinalCheckCallback = Callable[[onnx.ModelProto, dict[str, str], dict[str, str]], None]
 
 
 @dataclass
@@ -200,6 +201,7 @@ def run_pipeline(
     on_pass_done: PassCallback | None = None,
     spill=None,
     check_each: bool = False,
+    on_final_check: FinalCheckCallback | None = None,
 ) -> tuple[onnx.ModelProto, Report]:
     """Run every pass of `pipeline` on `model`; returns the verified result and a report.
 
@@ -209,9 +211,14 @@ def run_pipeline(
     the models refer to them (the caller keeps it open while it uses them).
     `check_each` runs the output check after every pass that changes numbers, instead
     of once for all of them (module docstring).
+    `on_final_check(model, renamed, removed)` is called when the run's last output check
+    is about to run the model it will return if the check passes (with the report's
+    renamed and removed tensors so far): the caller may start writing it meanwhile (`graphfix.api`
+    stages the output file while onnxruntime runs), and must expect another model back.
     """
 
     def drive(runner: _Runner) -> tuple[onnx.ModelProto, Report]:
+        runner.on_final_check = on_final_check
         for item in pipeline.specs:
             if isinstance(item, PresetSpec):
                 steps = [(str(spec), spec.build()) for spec in item.pass_specs()]
@@ -321,6 +328,7 @@ class _Runner:
         # a preset round's passes leave their graph unexported until the round's end
         # (`_attempt`), unless each pass's model is asked for (on_pass_done)
         self.export_late = batched and on_pass_done is None
+        self.on_final_check: FinalCheckCallback | None = None  # `run_pipeline`
 
     def step(self, spec: str, pass_: Pass, preset: str = "", round_: int = 0) -> PassRecord:
         index = len(self.records)
@@ -386,7 +394,7 @@ class _Runner:
                                "nothing")
         state.untraced = []
 
-    def _check_pending(self, model: onnx.ModelProto) -> None:
+    def _check_pending(self, model: onnx.ModelProto, final: bool = False) -> None:
         """One output check of `model`, the model after the last deferred pass (every
         pass applied after the first deferred one is deferred), for all of them: each
         record says it passed, or _BatchFailed. The structural checks first."""
@@ -408,6 +416,8 @@ class _Runner:
                 record.max_abs_error = checked[1]
             self.state.last_check = checked
             return
+        if final and self.on_final_check is not None:
+            self.on_final_check(model, dict(self.ctx.renamed), dict(self.removed))
         outcome = self.output_check.verify(model)
         if not outcome.ok:
             raise _BatchFailed("output check", at, [r.spec for r in pending],
@@ -447,7 +457,7 @@ class _Runner:
     def finish(self, pipeline: str) -> tuple[onnx.ModelProto, Report]:
         self._materialize()
         self._check_unchanged()
-        self._check_pending(self.state.last_good)  # the structural checks too
+        self._check_pending(self.state.last_good, final=True)  # the structural checks too
         for record, model in self.held:
             self.on_pass_done(record, model)
         self.held = []
