@@ -73,3 +73,11 @@ def test_a_failed_last_check_withdraws_the_early_file(tmp_path, taken, monkeypat
     assert "Relu" in ops(written) and "Neg" not in ops(written)
     assert "BatchNormalization" not in ops(written)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.in.onnx", "m.onnx"]
+
+
+def test_an_in_memory_model_is_staged_after_the_run(tmp_path, taken):
+    """Its weights are inline: an early copy would copy them all."""
+    out = tmp_path / "m.onnx"
+    api.run(conv_bn_relu_residual(), passes="fold-bn", output=out)
+    assert taken == []
+    assert "BatchNormalization" not in ops(onnx.load(out))

@@ -169,8 +169,10 @@ def run(
         prepared = _prepare(source, pipeline, check, input_shapes, data, input_values, seed,
                             providers, trt, plugin_rules, data_key=data_key)
         replaces = path if in_place else None
+        # a model read from a path has its weights left in their files, so the early
+        # copy is small; an in-memory one would be copied whole
         early = _EarlyOutput(files, out, source, external_data, replaces) \
-            if out is not None and not dump_after else None
+            if out is not None and path is not None and not dump_after else None
         try:
             result = _execute(prepared, max_rewrites, on_pass_start, on_pass_done, spill,
                               check_each, early.start if early else None)
