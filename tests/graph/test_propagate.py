@@ -113,3 +113,71 @@ def test_fold_constants_infers_the_whole_graph_once_when_rounds_follow_node_by_n
     assert whole == [14, 5]
     assert_same_outputs(model, out, feeds_for(model), rtol=0, atol=0)
     assert_idempotent(FoldConstants(), out)
+
+
+def _three_levels_with_div():
+    """`_three_levels` with each target divided by ones: ONNX's data propagation does not
+    compute a Div, so each level's shape is known only once its target is folded."""
+    return parse('<ir_version: 8, opset_import: ["" : 17]>' + """
+    g (float[2,3,4] x) => (float[?,?] y) <int64[1] zero = {0}, int64[1] one = {1},
+                                          int64[1] two = {2}, int64[1] rest = {-1},
+                                          int64[2] ones = {1, 1}, int64[3] ones3 = {1, 1, 1}> {
+        s1 = Shape(x)
+        l1 = Slice(s1, zero, one)
+        c1 = Concat<axis = 0>(l1, rest)
+        t1 = Div(c1, ones)
+        r1 = Reshape(x, t1)
+        q1 = Relu(r1)
+        s2 = Shape(q1)
+        l2 = Slice(s2, one, two)
+        c2 = Concat<axis = 0>(rest, l2, one)
+        t2 = Div(c2, ones3)
+        r2 = Reshape(q1, t2)
+        q2 = Relu(r2)
+        s3 = Shape(q2)
+        l3 = Slice(s3, zero, one)
+        c3 = Concat<axis = 0>(l3, rest)
+        t3 = Div(c3, ones)
+        y = Reshape(q2, t3)
+    }""")
+
+
+def test_fold_constants_folds_on_the_way_in_one_round_not_one_a_level(monkeypatch):
+    """With `fold`, propagation folds each Shape as soon as its input's dims are static,
+    and the Slice/Concat/Div after it (numpy computes them exactly): the three levels
+    fold in the first round's propagation, without an onnxruntime session. Rounds:
+    that one, one that finds nothing and infers the whole graph, one that confirms
+    (five before: a round a level)."""
+    rounds, sessions = [], []
+    real = fold_constants.fold_static_shapes
+    monkeypatch.setattr(fold_constants, "fold_static_shapes",
+                        lambda graph: rounds.append(1) or real(graph))
+    monkeypatch.setattr("graphfix.passes._fold_closure.run_closure",
+                        lambda model, names: sessions.append(names))
+    model = _three_levels_with_div()
+    out, _ = apply(FoldConstants(), model)
+    assert ops(out) == ["Reshape", "Relu", "Reshape", "Relu", "Reshape"]
+    assert len(rounds) == 3 and sessions == []
+    assert_same_outputs(model, out, feeds_for(model), rtol=0, atol=0)
+    assert_idempotent(FoldConstants(), out)
+
+
+def test_propagation_asks_fold_first_and_goes_on_from_what_it_made():
+    graph = to_graph(parse(MODEL))
+    infer_shapes(graph)
+    t = _fold_target(graph)
+    asked = []
+
+    def fold(node):
+        asked.append(node.op)
+        if node.op != "Relu":
+            return []
+        out = node.outputs[0]  # stand-in value: only the walk is under test
+        out.to_constant(np.zeros((4, 6), np.float32))
+        out.inputs.clear()
+        return [out]
+
+    # Reshape is inferred, Relu folded (not inferred), Transpose reached from its output
+    assert propagate_shapes(graph, [t], fold) == 3
+    assert asked == ["Reshape", "Relu", "Transpose"]
+    assert graph.tensors()["y"].shape == [6, 4]

@@ -124,10 +124,12 @@ def test_a_plugin_with_constant_inputs_is_left_without_failing_the_session(monke
 def test_a_value_over_the_threshold_stays_a_node_and_what_it_reads_folds(monkeypatch):
     """The Expand's output shape is not known before it runs (its target is computed),
     so the size check happens on the value; the Expand then stays, and its target,
-    computed from constants too, folds in a second session."""
+    computed from constants too, folds in a second session (Tile: not one numpy
+    computes, `_fold_numpy`)."""
     model = parse(HEADER + """
-    g (float[64,64] x) => (float[64,64] y) <float[1] one = {1.0}, int64[2] s = {32, 32}> {
-        two = Add(s, s)
+    g (float[64,64] x) => (float[64,64] y) <float[1] one = {1.0}, int64[1] s = {64},
+                                            int64[1] r = {2}> {
+        two = Tile(s, r)
         big = Expand(one, two)
         y = Add(x, big)
     }""")
@@ -137,3 +139,30 @@ def test_a_value_over_the_threshold_stays_a_node_and_what_it_reads_folds(monkeyp
     assert asked == [["big"], ["two"]]
     assert_same_outputs(model, out, feeds_for(model), rtol=0, atol=0)
     assert_idempotent(FoldConstants(FoldConstantsOptions(size_threshold=1024)), out)
+
+
+def test_shape_arithmetic_folds_in_numpy_without_a_session(monkeypatch):
+    """Integer shape arithmetic, and the float mask it sizes, are computed exactly in
+    numpy (`_fold_numpy`); onnxruntime is asked only for what reads the Exp, which numpy
+    leaves to it."""
+    model = parse(HEADER + """
+    g (float[2,6] x) => (float[3,4] y, float[2,6] z)
+        <int64[2] s = {2, 6}, int64[1] i = {1}, int64[1] o = {0}, int64[1] two = {2},
+         float[1] one = {1.0}> {
+        d = Gather(s, i)
+        a = Div(d, two)
+        b = Gather(s, o)
+        c = Mul(b, two)
+        k = Concat <axis = 0> (a, c)
+        y = Reshape(x, k)
+        m = ConstantOfShape(s)
+        e = Exp(one)
+        me = Add(m, e)
+        z = Mul(x, me)
+    }""")
+    asked = _count_sessions(monkeypatch)
+    out, result = apply(FoldConstants(), model)
+    assert ops(out) == ["Reshape", "Mul"]
+    assert asked == [["me"]]
+    assert_same_outputs(model, out, feeds_for(model), rtol=0, atol=0)
+    assert_idempotent(FoldConstants(), out)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import onnx
@@ -38,13 +38,19 @@ Slice's bounds); larger ones (weights) only as types, which is all inference rea
 them."""
 
 
-def propagate_shapes(graph: gs.Graph, changed: Iterable[gs.Tensor]) -> int:
+def propagate_shapes(graph: gs.Graph, changed: Iterable[gs.Tensor],
+                     fold: Callable[[gs.Node], list[gs.Tensor]] | None = None) -> int:
     """Re-infer the main graph's nodes that read `changed` tensors, and onward from every
     node whose outputs got a more static shape or a dtype; returns how many tensors
     changed. Nodes are visited in graph order (in a topologically sorted graph each
     once; in any other, a node is visited again when an input changes after it). A
     shape is only refined: a new one must have the old rank and agree with its static
-    dims."""
+    dims.
+
+    `fold(node)`, given, is asked first for each node visited: the tensors it made
+    constants (fold-constants folds a Shape whose input just got static dims, and the
+    shape arithmetic after it, on the way: one propagation instead of a round each);
+    their readers are visited next, and the node is not inferred."""
     position = {id(node): i for i, node in enumerate(graph.nodes)}
     queue: list[tuple[int, int]] = []
     queued: set[int] = set()
@@ -69,6 +75,15 @@ def propagate_shapes(graph: gs.Graph, changed: Iterable[gs.Tensor]) -> int:
         _, key = heapq.heappop(queue)
         queued.discard(key)
         node = nodes.pop(key)
+        if not node.outputs:
+            continue  # folded while queued
+        made = fold(node) if fold is not None else []
+        if made:
+            for t in made:
+                known.forget(t)
+                updated += 1
+                push(t.outputs)
+            continue
         inferred = _infer(node, opset, opsets, known)
         for t in node.outputs:
             proto = inferred.get(t.name)
@@ -86,6 +101,11 @@ class _Inputs:
     def __init__(self) -> None:
         self.types: dict[int, onnx.TypeProto | None] = {}
         self.data: dict[int, onnx.TensorProto | None] = {}
+
+    def forget(self, t: gs.Tensor) -> None:
+        """`t` became a constant: its type and data are read again."""
+        self.types.pop(id(t), None)
+        self.data.pop(id(t), None)
 
     def type(self, t: gs.Tensor) -> onnx.TypeProto | None:
         key = id(t)

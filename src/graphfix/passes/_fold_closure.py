@@ -4,8 +4,10 @@ A node is foldable when it is not `excluded`, has no attribute referring to a fu
 attribute, reads only constants (initializers, Constant nodes, outputs of foldable
 nodes), and, for If/Loop/Scan, its bodies read only constants from outside. The values
 evaluated are the frontier: foldable outputs that a graph output is or a node that
-stays reads. They are computed in one onnxruntime session built from just the nodes they
-need, and each becomes an initializer (the nodes behind it go at the next cleanup).
+stays reads. Nodes numpy computes exactly (`_fold_numpy`: shape arithmetic) are folded
+first, in graph order, without a session; what is left is computed in one onnxruntime
+session built from just the nodes the frontier needs, and each value becomes an
+initializer (the nodes behind it go at the next cleanup).
 
 This does what onnx-graphsurgeon's `Graph.fold_constants` (without shape folding) did
 for graphfix, at a cost proportional to the constant part instead of the graph: gs
@@ -34,6 +36,7 @@ from graphfix.graph import all_graphs, is_graph_output
 from graphfix.graph.export import fill_node
 from graphfix.graph.rewire import constant_value
 from graphfix.graph.walk import foreign_tensors
+from graphfix.passes._fold_numpy import evaluate as evaluate_exactly
 
 _CONSTANT_ATTRS = {
     "value": None,
@@ -99,8 +102,10 @@ def _live_graphs(graph: gs.Graph) -> Iterator[gs.Graph]:
 
 def _fold_graph(g: gs.Graph, top: gs.Graph, threshold: int | None, excluded) -> int:
     computable = _computable(g, excluded)
+    folded = fold_exactly(g, computable, threshold)
+    if folded:
+        computable = _computable(g, excluded)  # what numpy did not compute
     kept = dict(computable)  # the nodes whose outputs may still become constants
-    folded = 0
     while kept:
         frontier = [t for node in kept.values() for t in node.outputs
                     if t.name and not isinstance(t, gs.Constant) and _wanted(g, t, kept)]
@@ -127,6 +132,34 @@ def _fold_graph(g: gs.Graph, top: gs.Graph, threshold: int | None, excluded) -> 
         for t in refused:
             kept.pop(id(t.inputs[0]), None)
     return folded
+
+
+def fold_exactly(g: gs.Graph, computable: dict[int, gs.Node], threshold: int | None) -> int:
+    """Fold, in order, each computable node that `_fold_numpy` computes exactly (small
+    shape arithmetic: no onnxruntime session for it); returns how many. A node whose
+    input another node here could not compute is left, as is a dead one."""
+    folded = 0
+    for node in g.nodes:
+        if id(node) not in computable or len(node.outputs) != 1:
+            continue
+        out = node.outputs[0]
+        if out.outputs or is_graph_output(g, out):
+            folded += fold_node_exactly(node, threshold) is not None
+    return folded
+
+
+def fold_node_exactly(node: gs.Node, threshold: int | None) -> gs.Tensor | None:
+    """Fold `node` when its inputs are constants and `_fold_numpy` computes it exactly
+    (and its value is within `threshold` bytes); returns its output, now a constant."""
+    if len(node.outputs) != 1 or not node.outputs[0].name:
+        return None
+    values = evaluate_exactly(node)
+    if values is None or (threshold and values[0].nbytes > threshold):
+        return None
+    out = node.outputs[0]
+    out.to_constant(values[0])
+    out.inputs.clear()
+    return out
 
 
 def _computable(g: gs.Graph, excluded) -> dict[int, gs.Node]:

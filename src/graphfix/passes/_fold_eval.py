@@ -101,51 +101,56 @@ def _fold(tensor: gs.Tensor, value: np.ndarray) -> None:
 def fold_static_shapes(graph: gs.Graph) -> int:
     """Fold Shape/Size, and Gather/Slice of a Shape, where the dims they read are static.
     Returns how many nodes were folded."""
-    folded = 0
-    for g in all_graphs(graph):
-        for node in list(g.nodes):
-            if not is_onnx(node, "Shape", "Size") or not node.inputs or not node.outputs:
-                continue
-            if _constant(node.inputs[0]) is not None:
-                continue  # gs evaluates it with the other constants
-            out = node.outputs[0]
-            if node.op == "Size":
-                dims = _static(node.inputs[0].shape)
-                if dims is not None and None not in dims:
-                    _fold(out, np.array(int(np.prod(dims, dtype=np.int64)), dtype=np.int64))
-                    folded += 1
-                continue
-            dims = shape_dims(node)
-            if dims is None:
-                continue
-            if None not in dims:
-                _fold(out, np.array(dims, dtype=np.int64))
-                folded += 1
-                continue
-            for reader in list(out.outputs):
-                folded += _fold_part(reader, out, dims)
-    return folded
+    return sum(len(fold_shape(node)) for g in all_graphs(graph) for node in list(g.nodes))
 
 
-def _fold_part(reader: gs.Node, shape: gs.Tensor, dims: list[int | None]) -> int:
+def fold_shape(node: gs.Node) -> list[gs.Tensor]:
+    """Fold `node` when it is a Shape or Size whose dims are static, else the Gather/
+    Slice readers of a Shape that read only its static dims; returns the tensors that
+    became constants."""
+    if not is_onnx(node, "Shape", "Size") or not node.inputs or not node.outputs:
+        return []
+    if _constant(node.inputs[0]) is not None:
+        return []  # evaluated with the other constants
+    out = node.outputs[0]
+    if node.op == "Size":
+        dims = _static(node.inputs[0].shape)
+        if dims is None or None in dims:
+            return []
+        _fold(out, np.array(int(np.prod(dims, dtype=np.int64)), dtype=np.int64))
+        return [out]
+    dims = shape_dims(node)
+    if dims is None:
+        return []
+    if None not in dims:
+        _fold(out, np.array(dims, dtype=np.int64))
+        return [out]
+    parts = [_fold_part(reader, out, dims) for reader in list(out.outputs)]
+    return [t for t in parts if t is not None]
+
+
+def _fold_part(reader: gs.Node, shape: gs.Tensor, dims: list[int | None]
+               ) -> gs.Tensor | None:
     """Fold `reader`, a Gather or Slice of a partly static shape, where it reads only
-    static dims."""
-    if not is_onnx(reader, "Gather", "Slice") or reader.inputs[0] is not shape:
-        return 0
+    static dims; returns its output, now a constant."""
+    if not is_onnx(reader, "Gather", "Slice") or reader.inputs[0] is not shape or (
+            not reader.outputs):  # folded already (`propagate_shapes`), not yet pruned
+        return None
     if reader.op == "Gather":
         indices = _constant(reader.inputs[1])
         if indices is None or reader.attrs.get("axis", 0) not in (0, -1):
-            return 0
+            return None
         positions = np.asarray(indices, dtype=np.int64) % max(len(dims), 1)
     else:
         positions = _slice_indices(reader, len(dims))
         if positions is None:
-            return 0
+            return None
     picked = [dims[int(i)] for i in np.ravel(positions)]
     if None in picked:
-        return 0
-    _fold(reader.outputs[0], np.array(picked, dtype=np.int64).reshape(np.shape(positions)))
-    return 1
+        return None
+    out = reader.outputs[0]
+    _fold(out, np.array(picked, dtype=np.int64).reshape(np.shape(positions)))
+    return out
 
 
 def fold_node_by_node(graph: gs.Graph, size_threshold: int | None) -> int:
