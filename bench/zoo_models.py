@@ -118,6 +118,7 @@ MODELS: tuple[ZooModel, ...] = (
     _image("swin_t", 110),
     _image("maxvit_t", 120),
     _image("vit_b_32", 337),
+    _image("vit_b_16", 330),  # the issue-18 report's ViT-B/16
     _segmentation("lraspp_mobilenet_v3_large", 12.4),
     _segmentation("deeplabv3_mobilenet_v3_large", 42.2),
     _segmentation("fcn_resnet50", 126),
@@ -127,6 +128,9 @@ MODELS: tuple[ZooModel, ...] = (
     _detection("keypointrcnn_resnet50_fpn", 226, (*_RCNN, "keypoints", "keypoints_scores"),
                **_RCNN_320),
     _detection("maskrcnn_resnet50_fpn", 170, (*_RCNN, "masks"), **_RCNN_320),
+    # the issue-18 report's RetinaNet and Faster R-CNN
+    _detection("retinanet_resnet50_fpn", 130, _BOXES, **_RCNN_320),
+    _detection("fasterrcnn_resnet50_fpn", 160, _RCNN, **_RCNN_320),
     ZooModel("r3d_18", "video", {"input": (1, 3, 8, 112, 112)}, 127,
              {"input": (2, 3, 8, 112, 112)}, note="3-D convolutions (video)"),
     ZooModel("raft_small", "flow",

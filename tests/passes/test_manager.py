@@ -207,12 +207,12 @@ def _slow_original(monkeypatch, seconds=0.3):
 
     real, runs = outputs.run_checkable, []
 
-    def slow(model, feeds, providers=("cpu",), basic=False):
+    def slow(model, feeds, providers=("cpu",), basic=False, extra_outputs=()):
         start = time.perf_counter()
         if threading.current_thread() is not threading.main_thread():
             time.sleep(seconds)
         try:
-            return real(model, feeds, providers, basic)
+            return real(model, feeds, providers, basic, extra_outputs)
         finally:
             runs.append((start, time.perf_counter()))
 
@@ -253,7 +253,7 @@ def test_a_failure_of_the_users_setup_in_the_background_is_raised_where_the_chec
         monkeypatch):
     from graphfix.runtime import outputs
 
-    def refuses(model, feeds, providers=("cpu",), basic=False):
+    def refuses(model, feeds, providers=("cpu",), basic=False, extra_outputs=()):
         raise GraphfixError("no such provider", "because", "fix it")
 
     monkeypatch.setattr(outputs, "run_checkable", refuses)

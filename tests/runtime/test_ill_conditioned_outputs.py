@@ -23,8 +23,8 @@ def prepare(monkeypatch, flip: bool) -> outputs.OutputCheck:
     `flip` (as near-tied scores do in a detector with random weights)."""
     real = outputs.run_checkable
 
-    def run(m, feeds, providers=("cpu",), basic=False):
-        result = real(m, feeds, providers, basic)
+    def run(m, feeds, providers=("cpu",), basic=False, extra_outputs=()):
+        result = real(m, feeds, providers, basic, extra_outputs)
         if basic and flip:
             result["label"] = result["label"] + 1
         return result
@@ -64,8 +64,8 @@ def test_a_float_output_the_optimized_run_moves_by_a_thousandth_of_its_scale_is_
         monkeypatch):
     real = outputs.run_checkable
 
-    def run(m, feeds, providers=("cpu",), basic=False):
-        result = real(m, feeds, providers, basic)
+    def run(m, feeds, providers=("cpu",), basic=False, extra_outputs=()):
+        result = real(m, feeds, providers, basic, extra_outputs)
         if basic:  # a flipped selection moves a float output far beyond rounding
             result["y"] = result["y"] + 0.01 * abs(result["y"]).max()
         return result
@@ -87,8 +87,8 @@ def test_the_run_says_which_outputs_its_check_cannot_judge(monkeypatch):
     real = outputs.run_checkable
     runs = []
 
-    def run(m, feeds, providers=("cpu",), basic=False):
-        result = real(m, feeds, providers, basic)
+    def run(m, feeds, providers=("cpu",), basic=False, extra_outputs=()):
+        result = real(m, feeds, providers, basic, extra_outputs)
         runs.append(basic)
         if basic or len(runs) > 1:  # the optimized run and the rewrite flip the label
             result["label"] = result["label"] + 1
@@ -115,9 +115,9 @@ def test_without_a_selection_the_floor_is_measured_when_a_check_first_needs_it(m
     runs = []
     real = outputs.run_checkable
 
-    def run(m, feeds, providers=("cpu",), basic=False):
+    def run(m, feeds, providers=("cpu",), basic=False, extra_outputs=()):
         runs.append(basic)
-        return real(m, feeds, providers, basic)
+        return real(m, feeds, providers, basic, extra_outputs)
 
     monkeypatch.setattr(outputs, "run_checkable", run)
     plain = parse(HEADER + """

@@ -29,7 +29,7 @@ from onnx import helper
 
 from graphfix.errors import GraphfixError, said
 from graphfix.graph.protos import graph_protos
-from graphfix.runtime import references
+from graphfix.runtime import pinning, references
 from graphfix.runtime.compare import OutputDiff, compare_outputs, unstable
 from graphfix.runtime.failures import cannot_run
 from graphfix.runtime.feeds import DEFAULT_SEED, NoTestData, model_feeds
@@ -46,6 +46,8 @@ class CheckOutcome:
     ok: bool
     diffs: list[OutputDiff] = field(default_factory=list)
     error: str = ""
+    # TopKs that chose among near-ties, judged with the original's choice (`pinning`)
+    pinned: list[str] = field(default_factory=list)
 
     @property
     def max_abs(self) -> float | None:
@@ -57,7 +59,9 @@ class CheckOutcome:
             return self.error
         bad = [d for d in self.diffs if not d.ok]
         if bad:
-            return "outputs differ: " + "; ".join(d.describe() for d in bad)
+            pins = (f" (with the original's choice at {', '.join(self.pinned)}, which chose "
+                    "among values tied to within rounding)") if self.pinned else ""
+            return "outputs differ" + pins + ": " + "; ".join(d.describe() for d in bad)
         skipped = [d.name for d in self.diffs if d.not_compared]
         empty = [d.name for d in self.diffs if d.not_compared == EMPTY]
         ill = [name for name in skipped if name not in empty]
@@ -69,6 +73,9 @@ class CheckOutcome:
             if ill else ""
         aside += f"; empty on this sample, nothing compared: {', '.join(empty)}" \
             if empty else ""
+        if self.pinned:
+            aside += (f"; {', '.join(self.pinned)} chose among values tied to within "
+                      "rounding: what follows was judged with the original's choice")
         worst = self.max_abs
         if not worst:
             return f"passed (exact{aside})"
@@ -99,6 +106,11 @@ class OutputCheck:
         # the model whose floor a failing check measures (`verify`), until it is measured
         self.floor_of: onnx.ModelProto | None = None
         self.floor_measured = False
+        # the original's TopKs and their outputs on the feeds (`runtime.pinning`)
+        self._selections: list[pinning.Selection] = []
+        self._witness: dict[str, np.ndarray] = {}
+        # outputs the last `verify` did not judge: they follow a TopK's choice among ties
+        self._ties: dict[str, str] = {}
         # the thread running the original (`prepare(background=True)`), and what it raised
         self._worker: threading.Thread | None = None
         self._failure: BaseException | None = None
@@ -201,7 +213,9 @@ class OutputCheck:
         """The reference outputs (and the floor, when measured at once), or why there
         are none."""
         try:
-            self._reference = run_checkable(model, self.feeds, self.providers)
+            self._reference = self._with_witness(
+                model, run_checkable(model, self.feeds, self.providers,
+                                     extra_outputs=self._witnesses_of(model)))
         except TooMuchWork as err:  # a Loop that would never finish: checked before running
             self._skipped = f"{err.what}: {err.why}"
             return
@@ -234,12 +248,13 @@ class OutputCheck:
         a pass that changed the graph outputs); disabled, with why, when onnxruntime
         cannot run `model`."""
         feeds = feeds_as_declared(model, self.feeds)
+        check = OutputCheck(self.feeds, None, "", self.providers, self.seed, self.data)
         try:
-            reference = run_checkable(model, feeds, self.providers)
+            check._reference = check._with_witness(model, run_checkable(
+                model, feeds, self.providers, extra_outputs=check._witnesses_of(model)))
         except Exception as err:  # NotCheckable or onnxruntime's own errors
             reason = f"onnxruntime cannot run the model a pass made: {said(err)}"
             return OutputCheck(self.feeds, None, reason, self.providers, self.seed, self.data)
-        check = OutputCheck(self.feeds, reference, "", self.providers, self.seed, self.data)
         check._mark_random(model)
         check._floor_when_needed(model)
         return check
@@ -258,20 +273,82 @@ class OutputCheck:
     def disabled(cls, reason: str) -> OutputCheck:
         return cls({}, None, reason)
 
+    def _witnesses_of(self, model: onnx.ModelProto) -> list[str]:
+        """The original's TopK outputs (`runtime.pinning`), found in `model` (the original:
+        its TopKs, recorded here)."""
+        if self._reference is None and not self._selections:
+            self._selections = pinning.selections(model)
+        return pinning.witnesses(model, self._selections)
+
+    def _with_witness(self, model: onnx.ModelProto, outputs: dict[str, np.ndarray]
+                      ) -> dict[str, np.ndarray]:
+        """The graph outputs of a run; the TopK outputs it also returned kept aside."""
+        graph_outputs = {o.name for o in model.graph.output}
+        for name in [n for n in outputs if n not in graph_outputs]:
+            self._witness[name] = outputs.pop(name)
+        return outputs
+
     def verify(self, model: onnx.ModelProto) -> CheckOutcome:
-        """Run the rewritten model on the reference inputs and compare every output."""
+        """Run the rewritten model on the reference inputs and compare every output; where
+        they differ after a TopK that chose among near-ties, again with the original's
+        choice there (`runtime.pinning`)."""
         assert self.reference is not None, "verify() on a disabled check"
+        witnesses = pinning.witnesses(model, self._selections) if self._witness else []
         try:
-            outputs = run_checkable(model, feeds_as_declared(model, self.feeds), self.providers)
+            outputs = run_checkable(model, feeds_as_declared(model, self.feeds), self.providers,
+                                    extra_outputs=witnesses)
         except NotCheckable as err:
             return CheckOutcome(False, error=str(err))
         except Exception as err:
             return CheckOutcome(False, error=f"onnxruntime cannot run it: {said(err)}")
+        seen = {name: outputs.pop(name) for name in witnesses if name in outputs}
+        self._ties = {}
         outcome = self._judge(outputs)
         if not outcome.ok and self.floor_of is not None:
             self.measure_floor(self.floor_of)
             outcome = self._judge(outputs)
+        if not outcome.ok and not outcome.error and seen:
+            outcome = self._pinned(model, seen, outcome, outputs)
         return outcome
+
+    def _pinned(self, model: onnx.ModelProto, seen: dict[str, np.ndarray],
+                outcome: CheckOutcome, outputs: dict[str, np.ndarray]) -> CheckOutcome:
+        """`outcome` again with every TopK that chose among near-ties given the original's
+        choice, as long as more are found (module `runtime.pinning`). When the outputs
+        still differ, other choices after it flipped too (a threshold's NonZero, an RoI's
+        pyramid level): what follows those TopKs is not judged on this sample, as
+        `graphfix check` does, and every other output is judged from `outputs`."""
+        chosen: list[pinning.Selection] = []
+        for _ in range(pinning.MAX_PINS):
+            more = [s for s in pinning.tied(self._selections, self._witness, seen)
+                    if s not in chosen]
+            if not more:
+                break
+            chosen += more
+            cut = pinning.pinned(model, chosen, self._witness)
+            feeds = feeds_as_declared(model, self.feeds)
+            feeds.update({n: self._witness[n] for s in chosen for n in (s.values, s.indices)})
+            rest = pinning.witnesses(cut, self._selections)
+            try:
+                got = run_checkable(cut, feeds, self.providers, extra_outputs=rest)
+            except Exception:  # noqa: BLE001 - the cut model does not run: judged unpinned
+                break
+            seen = {name: got.pop(name) for name in rest if name in got}
+            pinned = self._judge(got)
+            if pinned.ok:
+                pinned.pinned = [s.label for s in chosen]
+                return pinned
+        if not chosen:
+            return outcome
+        from graphfix.runtime.randomness import downstream
+
+        # the indices carry the choice; the values agree (a tie), so what only they feed
+        # is judged
+        follows = downstream(model, {s.indices: f"ill-conditioned on this sample: {s.label} "
+                                     "chose among values tied to within rounding"
+                                     for s in chosen})
+        self._ties = {name: follows[name] for name in self.reference if name in follows}
+        return self._judge(outputs, self._ties)
 
     @property
     def empty(self) -> dict[str, str]:
@@ -284,20 +361,25 @@ class OutputCheck:
     @property
     def unjudged(self) -> dict[str, str]:
         """Every output the check cannot judge on this sample, with why: ill-conditioned
-        or random (`unstable`), or empty; none when the check is off."""
-        return {**self.unstable, **self.empty} if self.enabled else {}
+        or random (`unstable`), or empty, or after a TopK's choice among near-ties in the
+        last `verify` (`runtime.pinning`); none when the check is off."""
+        return {**self.unstable, **self._ties, **self.empty} if self.enabled else {}
 
     def judges_nothing(self) -> bool:
         """Whether no output of the reference can be compared on this sample."""
         names = set(self.reference or {})
         return bool(names) and names <= set(self.unjudged)
 
-    def _judge(self, outputs: Mapping[str, np.ndarray]) -> CheckOutcome:
-        stable = {k: v for k, v in self.reference.items() if k not in self.unstable}
+    def _judge(self, outputs: Mapping[str, np.ndarray],
+               ties: Mapping[str, str] | None = None) -> CheckOutcome:
+        """The verdict on a run's `outputs`; `ties` (output -> why) are not judged on this
+        sample either, besides the model's `unstable` outputs."""
+        skip = {**(ties or {}), **self.unstable}
+        stable = {k: v for k, v in self.reference.items() if k not in skip}
         empty = self.empty
         diffs = [unstable(d.name, EMPTY) if d.ok and d.name in empty else d
                  for d in compare_outputs(stable, outputs, floors=self.floors)]
-        diffs += [unstable(name, why) for name, why in self.unstable.items()]
+        diffs += [unstable(name, why) for name, why in skip.items()]
         return CheckOutcome(all(d.ok for d in diffs), diffs)
 
     def measure_floor(self, model: onnx.ModelProto) -> None:
@@ -361,14 +443,16 @@ class NotCheckable(Exception):
 
 
 def run_checkable(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
-                  providers: Sequence[str] = ("cpu",), basic: bool = False
-                  ) -> dict[str, np.ndarray]:
+                  providers: Sequence[str] = ("cpu",), basic: bool = False,
+                  extra_outputs: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """Every graph output, from onnxruntime; nodes it cannot run (TensorRT plugins,
     custom ops) run as their reference forms (`runtime.references`). Raises NotCheckable
     ("not checkable: <op> (<domain>)") for a node without one. With `basic`, onnxruntime's
-    BASIC optimizations are on (the noise floor); a model with numpy-kernel nodes has none."""
+    BASIC optimizations are on (the noise floor); a model with numpy-kernel nodes has none.
+    `extra_outputs` (main-graph tensors) are returned too where onnxruntime runs the
+    model as it is (not through reference forms)."""
     if not references.needs_reference(model):
-        return run_model(model, feeds, providers, basic)
+        return run_model(model, feeds, providers, basic, extra_outputs)
     sub = references.substitute(model)
     if sub.not_checkable:
         raise NotCheckable("not checkable: " + ", ".join(sub.not_checkable))

@@ -143,8 +143,10 @@ def intra_op_threads() -> int:
 
 
 def make_session(model: onnx.ModelProto, providers: Sequence[str] = ("cpu",),
-                 basic: bool = False, fast: bool = False, once: bool = False):
-    """An onnxruntime InferenceSession for an in-memory model.
+                 basic: bool = False, fast: bool = False, once: bool = False,
+                 extra_outputs: Sequence[str] = ()):
+    """An onnxruntime InferenceSession for an in-memory model; `extra_outputs` (tensors
+    of the main graph) are graph outputs of the session's model too, `model` unchanged.
 
     Models over the 2 GB protobuf limit are written to a temporary directory with
     external data first. Raises GraphfixError for a provider onnxruntime lacks or could
@@ -162,6 +164,7 @@ def make_session(model: onnx.ModelProto, providers: Sequence[str] = ("cpu",),
         options = session_options(basic, fast, once)
         data, values = weights.session_bytes(model, options)  # memory maps of the files
         if data is not None:
+            data += _outputs_suffix(model, extra_outputs)
             session = _started(session_class(data, sess_options=options, providers=names),
                                names)
             session.graphfix_weights = values  # onnxruntime reads them while it lives
@@ -173,11 +176,13 @@ def make_session(model: onnx.ModelProto, providers: Sequence[str] = ("cpu",),
         data = None
     options = session_options(basic, fast, once)
     if data is not None:
+        data += _outputs_suffix(model, extra_outputs)
         return _started(session_class(data, sess_options=options, providers=names), names)
     with tempfile.TemporaryDirectory(prefix="graphfix-ort-") as tmp:
         path = os.path.join(tmp, "model.onnx")
         big = onnx.ModelProto()
         big.CopyFrom(model)
+        big.MergeFromString(_outputs_suffix(model, extra_outputs))
         onnx.save_model(big, path, save_as_external_data=True, location="model.onnx.data")
         return _started(session_class(path, sess_options=options, providers=names), names)
 
@@ -187,11 +192,24 @@ def run_model(
     feeds: Mapping[str, np.ndarray],
     providers: Sequence[str] = ("cpu",),
     basic: bool = False,
+    extra_outputs: Sequence[str] = (),
 ) -> dict[str, np.ndarray]:
-    """Run the model once; returns every graph output by name."""
-    sess = make_session(model, providers, basic, once=True)
+    """Run the model once; returns every graph output by name, and `extra_outputs`."""
+    sess = make_session(model, providers, basic, once=True, extra_outputs=extra_outputs)
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, dict(feeds)), strict=True))
+
+
+def _outputs_suffix(model: onnx.ModelProto, names: Sequence[str]) -> bytes:
+    """A serialized ModelProto whose graph has only `names` (those not graph outputs
+    already) as outputs: appended to a serialized model, protobuf's parser merges it in,
+    so the model gets those outputs without a copy of its weights."""
+    names = [n for n in dict.fromkeys(names) if n not in {o.name for o in model.graph.output}]
+    if not names:
+        return b""
+    extra = onnx.ModelProto()
+    extra.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in names)
+    return extra.SerializeToString()
 
 
 @functools.cache

@@ -1,0 +1,117 @@
+"""The run's output check across a TopK that chose among values tied to within rounding
+(`runtime.pinning`): judged with the original's choice, else not judged after it."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from graphfix.runtime import outputs
+from graphfix.runtime.session import run_model
+
+# c[0] < c[1], but (c * a) * b rounds both to the same float32 while c * (a * b) keeps
+# c[1] above: the original's TopK keeps index 0 (the lower of tied values), a rewrite
+# that folds a * b keeps index 1, with values equal to the last bit
+C = np.array([0.7000001, 0.70000017, 0.1], np.float32)
+A, B = np.float32(1.1), np.float32(3.3)
+ROWS = np.arange(12, dtype=np.float32).reshape(3, 4) * 10
+
+
+def _model(folded: bool, k: int = 1, extra: tuple[str, ...] = (), scale: float = 1.0
+           ) -> onnx.ModelProto:
+    """x -> z = x + v (not after the TopK's indices); s = c*a*b (or c*(a*b)*scale when
+    `folded`); v, i = TopK(s, k); y = Gather(rows, i); `extra` outputs: "w" =
+    ArgMax(Gather(s, i)) (after the TopK), "u" = ArgMax(s) (not after it)."""
+    inits = [numpy_helper.from_array(C, "c"), numpy_helper.from_array(ROWS, "rows"),
+             numpy_helper.from_array(np.array([k], np.int64), "k")]
+    if folded:
+        inits.append(numpy_helper.from_array(np.array([A * B * np.float32(scale)]), "ab"))
+        nodes = [helper.make_node("Mul", ["c", "ab"], ["s"])]
+    else:
+        inits += [numpy_helper.from_array(np.array([A]), "a"),
+                  numpy_helper.from_array(np.array([B]), "b")]
+        nodes = [helper.make_node("Mul", ["c", "a"], ["ca"]),
+                 helper.make_node("Mul", ["ca", "b"], ["s"])]
+    nodes += [helper.make_node("TopK", ["s", "k"], ["v", "i"], name="topk"),
+              helper.make_node("Gather", ["rows", "i"], ["y"]),
+              helper.make_node("Add", ["x", "v"], ["z"]),
+              helper.make_node("Gather", ["s", "i"], ["si"]),
+              helper.make_node("ArgMax", ["si"], ["w"], keepdims=0),
+              helper.make_node("ArgMax", ["s"], ["u"], keepdims=0)]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [k, 4]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [k])]
+    outs += [helper.make_tensor_value_info(n, TensorProto.INT64, []) for n in extra]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1])], outs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _check(model: onnx.ModelProto) -> outputs.OutputCheck:
+    return outputs.OutputCheck.prepare(model, {"x": (1,)})
+
+
+def test_the_fixture_flips_the_choice_and_only_the_choice():
+    feeds = {"x": np.zeros(1, np.float32)}
+    before = run_model(_model(False), feeds, extra_outputs=["i"])
+    after = run_model(_model(True), feeds, extra_outputs=["i"])
+    assert before["i"].tolist() == [0] and after["i"].tolist() == [1]
+    assert before["z"].tobytes() == after["z"].tobytes()  # the tied values: equal bits
+    assert not np.allclose(before["y"], after["y"])  # a whole other row
+
+
+def test_a_flipped_choice_is_judged_with_the_original_choice():
+    check = _check(_model(False))
+    outcome = check.verify(_model(True))
+    assert outcome.ok and outcome.pinned == ["TopK 'topk'"]
+    assert "chose among values tied to within rounding" in outcome.describe()
+    assert check.unjudged == {}  # everything was judged
+
+
+def test_what_still_differs_after_the_choice_is_not_judged_on_this_sample():
+    """w picks between the two tied values again (ArgMax, no witness): with the TopK
+    pinned it still flips, so what follows the TopK's indices is not judged; z, from
+    its values (which agree), is, and passes."""
+    check = _check(_model(False, k=2, extra=("w",)))
+    outcome = check.verify(_model(True, k=2, extra=("w",)))
+    assert outcome.ok and not outcome.pinned
+    assert set(check.unjudged) == {"y", "w"}
+    assert "TopK 'topk' chose among values tied" in check.unjudged["w"]
+    assert [d.name for d in outcome.diffs if not d.not_compared] == ["z"]
+
+
+def test_a_flip_elsewhere_still_fails():
+    """u = ArgMax(s) flips too but does not follow the TopK: it is judged, and fails."""
+    check = _check(_model(False, extra=("u",)))
+    outcome = check.verify(_model(True, extra=("u",)))
+    assert not outcome.ok
+    assert [d.name for d in outcome.diffs if not d.ok] == ["u"]
+
+
+def test_a_topk_whose_values_differ_is_not_a_tie():
+    check = _check(_model(False))
+    outcome = check.verify(_model(True, scale=1.01))  # a broken rewrite before the TopK
+    assert not outcome.ok and not outcome.pinned and check.unjudged == {}
+    assert "z" in {d.name for d in outcome.diffs if not d.ok}
+
+
+def test_the_same_choice_costs_no_second_run(monkeypatch):
+    """A rewrite whose choice is the original's is judged from its one run."""
+    check = _check(_model(False))
+    runs = []
+    real = outputs.run_checkable
+    monkeypatch.setattr(outputs, "run_checkable",
+                        lambda *a, **k: runs.append(k.get("extra_outputs")) or real(*a, **k))
+    assert check.verify(_model(False)).ok
+    assert runs == [["v", "i"]]
+
+
+def test_extra_outputs_leave_the_model_as_it_was():
+    model = _model(False)
+    before = model.SerializeToString()
+    got = run_model(model, {"x": np.zeros(1, np.float32)}, extra_outputs=["ca", "y", "i"])
+    assert set(got) == {"y", "z", "ca", "i"}
+    assert model.SerializeToString() == before
