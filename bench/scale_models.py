@@ -29,8 +29,11 @@ SHARED = {  # name -> (file in SHARED_DIR, shapes of the dynamic inputs)
     "ssdlite320": ("ssdlite320_mobilenet_v3_large.onnx", {}),  # images [3,320,320] static
 }
 ZOO_LARGE = ("wide_resnet50_2", "vit_b_32", "swin_t", "maxvit_t", "maskrcnn_resnet50_fpn",
-             "keypointrcnn_resnet50_fpn", "fcos_resnet50_fpn")
-"""The zoo models issue 18 names (`--models zoo`); any other zoo model can be named alone."""
+             "keypointrcnn_resnet50_fpn", "fcos_resnet50_fpn",
+             # the models of the issue's own report (ViT-B/16, RetinaNet, Faster R-CNN)
+             "vit_b_16", "retinanet_resnet50_fpn", "fasterrcnn_resnet50_fpn")
+"""The zoo models issue 18 names and reports on (`--models zoo`); any other zoo model can
+be named alone."""
 GROUPS = ("shared", "zoo", "synthetic")
 DEFAULT_BLOCKS = (10, 100, 1000)
 
