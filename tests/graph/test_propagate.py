@@ -181,3 +181,64 @@ def test_propagation_asks_fold_first_and_goes_on_from_what_it_made():
     assert propagate_shapes(graph, [t], fold) == 3
     assert asked == ["Reshape", "Relu", "Transpose"]
     assert graph.tensors()["y"].shape == [6, 4]
+
+
+def _dynamic_batch_levels():
+    """Like `_three_levels_with_div` at a dynamic batch N: each Reshape target is the
+    batch (Shape(x)[0]) and entries computed from static dims, so it never folds; its
+    output dims follow from its entries, as whole-graph inference's data propagation
+    finds them."""
+    return parse('<ir_version: 8, opset_import: ["" : 17]>' + """
+    g (float[N,4,6] x) => (float[N,?,?] y) <int64[1] zero = {0}, int64[1] one = {1},
+                                            int64[1] two = {2}, int64[1] three = {3}> {
+        s = Shape(x)
+        b = Gather(s, zero)
+        l = Slice(s, one, three)
+        h = Gather(l, zero)
+        w = Gather(l, one)
+        p = Mul(h, w)
+        t1 = Concat<axis = 0>(b, p, one)
+        r1 = Reshape(x, t1)
+        q1 = Relu(r1)
+        s2 = Shape(q1)
+        l2 = Slice(s2, one, two)
+        c2 = Div(l2, one)
+        t2 = Concat<axis = 0>(b, c2, one)
+        r2 = Reshape(q1, t2)
+        q2 = Relu(r2)
+        s3 = Shape(q2)
+        l3 = Slice(s3, one, two)
+        c3 = Concat<axis = 0>(b, l3, one)
+        y = Reshape(q2, c3)
+    }""")
+
+
+def test_a_target_of_dims_and_constants_gives_its_reshape_dims_on_the_way(monkeypatch):
+    """The Reshapes' dims follow from their targets' entries (the batch's name, folded
+    constants), so the Shapes after them fold in the first round's propagation; the one
+    whole-graph inference that ends the pass finds nothing more."""
+    whole = []
+
+    def counted(graph, *args, **kwargs):
+        before = {n: t.shape for n, t in graph.tensors().items()}
+        infer_shapes(graph, *args, **kwargs)
+        whole.append([n for n, t in graph.tensors().items() if t.shape != before.get(n)])
+
+    monkeypatch.setattr(fold_constants, "infer_shapes", counted)
+    model = _dynamic_batch_levels()
+    graph = to_graph(model)
+    infer_shapes(graph)
+    from graphfix.passes.base import PassContext
+
+    FoldConstants().run(graph, PassContext(shapes_inferred=True))
+    tensors = graph.tensors()
+    assert [tensors[n].shape for n in ("r1", "r2", "y")] == [["N", 24, 1]] * 3
+    # the fixed point's confirmation, which changed nothing (before: it found r2, q2 and
+    # y, and another round followed)
+    assert whole == [[]]
+    out, _ = apply(FoldConstants(), model)
+    # the batch stays computed: Shape -> Gather -> three targets
+    assert ops(out) == ["Shape", "Gather", "Concat", "Concat", "Concat",
+                        "Reshape", "Relu", "Reshape", "Relu", "Reshape"]
+    assert_same_outputs(model, out, feeds_for(model, x=(3, 4, 6)), rtol=0, atol=0)
+    assert_idempotent(FoldConstants(), out)

@@ -39,7 +39,8 @@ them."""
 
 
 def propagate_shapes(graph: gs.Graph, changed: Iterable[gs.Tensor],
-                     fold: Callable[[gs.Node], list[gs.Tensor]] | None = None) -> int:
+                     fold: Callable[[gs.Node], list[gs.Tensor]] | None = None,
+                     reshaped: Callable[[gs.Node], list | None] | None = None) -> int:
     """Re-infer the main graph's nodes that read `changed` tensors, and onward from every
     node whose outputs got a more static shape or a dtype; returns how many tensors
     changed. Nodes are visited in graph order (in a topologically sorted graph each
@@ -50,7 +51,14 @@ def propagate_shapes(graph: gs.Graph, changed: Iterable[gs.Tensor],
     `fold(node)`, given, is asked first for each node visited: the tensors it made
     constants (fold-constants folds a Shape whose input just got static dims, and the
     shape arithmetic after it, on the way: one propagation instead of a round each);
-    their readers are visited next, and the node is not inferred."""
+    their readers are visited next, and the node is not inferred.
+
+    `reshaped(node)`, given, is asked for each Reshape visited whose target is not a
+    constant: its output dims as far as the target's entries say (`Dim` values: ints,
+    names, None), what whole-graph inference's data propagation finds from a target
+    built of Shape dims and constants (maxvit_t at a dynamic batch: [batch, 64, 8, 7, 8,
+    7]). Such targets are small integer tensors: the readers of every one visited are
+    visited too, since its entries may have become known without its shape changing."""
     position = {id(node): i for i, node in enumerate(graph.nodes)}
     queue: list[tuple[int, int]] = []
     queued: set[int] = set()
@@ -91,7 +99,26 @@ def propagate_shapes(graph: gs.Graph, changed: Iterable[gs.Tensor],
                 known.types.pop(id(t), None)
                 updated += 1
                 push(t.outputs)
+        if reshaped is None:
+            continue
+        if node.op == "Reshape" and node.domain in (None, "", "ai.onnx"):
+            out, dims = node.outputs[0], reshaped(node)
+            if dims is not None and isinstance(out, gs.Variable) and _refine_dims(out, dims):
+                known.types.pop(id(out), None)
+                updated += 1
+                push(out.outputs)
+        for t in node.outputs:
+            if _shape_value(t):
+                push(t.outputs)
     return updated
+
+
+def _shape_value(t: gs.Tensor) -> bool:
+    """A 0-D/1-D integer tensor of at most `DATA_ELEMENTS` entries (a shape's value)."""
+    shape = t.shape
+    return (t.dtype is not None and np.dtype(t.dtype).kind in "iu" and shape is not None
+            and len(shape) <= 1 and all(isinstance(d, int) for d in shape)
+            and math.prod(shape) <= DATA_ELEMENTS)
 
 
 class _Inputs:
@@ -200,6 +227,17 @@ def _refine(t: gs.Variable, proto: onnx.TypeProto) -> bool:
     if any(_known(a) and _known(b) and a != b for a, b in zip(old, new, strict=True)):
         return changed  # a conflict: whole-graph inference decides, not this
     t.shape = new
+    return True
+
+
+def _refine_dims(t: gs.Variable, new: list) -> bool:
+    """`_refine` for dims given as a list (ints, names, None)."""
+    old = t.shape
+    if old is not None and (len(new) != len(old) or static_count(new) <= static_count(old)
+                            or any(_known(a) and _known(b) and a != b
+                                   for a, b in zip(old, new, strict=True))):
+        return False
+    t.shape = list(new)
     return True
 
 

@@ -138,22 +138,24 @@ def fold_exactly(g: gs.Graph, computable: dict[int, gs.Node], threshold: int | N
     """Fold, in order, each computable node that `_fold_numpy` computes exactly (small
     shape arithmetic: no onnxruntime session for it); returns how many. A node whose
     input another node here could not compute is left, as is a dead one."""
-    folded = 0
+    folded, read = 0, {}
     for node in g.nodes:
         if id(node) not in computable or len(node.outputs) != 1:
             continue
         out = node.outputs[0]
         if out.outputs or is_graph_output(g, out):
-            folded += fold_node_exactly(node, threshold) is not None
+            folded += fold_node_exactly(node, threshold, read) is not None
     return folded
 
 
-def fold_node_exactly(node: gs.Node, threshold: int | None) -> gs.Tensor | None:
+def fold_node_exactly(node: gs.Node, threshold: int | None, read: dict | None = None
+                      ) -> gs.Tensor | None:
     """Fold `node` when its inputs are constants and `_fold_numpy` computes it exactly
-    (and its value is within `threshold` bytes); returns its output, now a constant."""
+    (and its value is within `threshold` bytes); returns its output, now a constant.
+    `read`: `_fold_numpy.evaluate`'s."""
     if len(node.outputs) != 1 or not node.outputs[0].name:
         return None
-    values = evaluate_exactly(node)
+    values = evaluate_exactly(node, read)
     if values is None or (threshold and values[0].nbytes > threshold):
         return None
     out = node.outputs[0]

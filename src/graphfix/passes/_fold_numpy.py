@@ -38,9 +38,11 @@ Inputs = list  # np.ndarray or None (an omitted optional input)
 _Rule = Callable[[gs.Node, Inputs], "np.ndarray | None"]
 
 
-def evaluate(node: gs.Node) -> list[np.ndarray] | None:
+def evaluate(node: gs.Node, read: dict | None = None) -> list[np.ndarray] | None:
     """`node`'s outputs computed exactly from its constant inputs, or None when this
-    module does not compute it (module docstring). The node must be in ONNX's domain."""
+    module does not compute it (module docstring). `read`, given, keeps the inputs' values
+    read so far (a caller folding many nodes reads a shared constant once: gs parses its
+    proto on every read)."""
     rule = _RULES.get(node.op)
     if rule is None or len(node.outputs) != 1 or (node.domain or "") not in ("", "ai.onnx"):
         return None
@@ -56,7 +58,7 @@ def evaluate(node: gs.Node) -> list[np.ndarray] | None:
             continue
         if not isinstance(t, gs.Constant) or not _small(t.shape):
             return None
-        value = constant_value(t)
+        value = _value(t, read)
         if value is None or value.dtype.kind not in "biuf" or value.size > MAX_ELEMENTS:
             return None
         inputs.append(value)
@@ -66,6 +68,15 @@ def evaluate(node: gs.Node) -> list[np.ndarray] | None:
         except (ValueError, IndexError, TypeError, OverflowError):
             return None  # what onnxruntime would refuse too, or an odd case: its call
     return _checked(node, out)
+
+
+def _value(t: gs.Constant, read: dict | None) -> np.ndarray | None:
+    if read is None:
+        return constant_value(t)
+    key = id(t)
+    if key not in read:
+        read[key] = (t, constant_value(t))  # the tensor kept: its id is not reused
+    return read[key][1]
 
 
 def _checked(node: gs.Node, out: np.ndarray | None) -> list[np.ndarray] | None:
@@ -281,7 +292,8 @@ def _scatter_nd(node, inputs):
     if np.any(index < -dims) or np.any(index >= dims):
         return None
     index = np.where(index < 0, index + dims, index)
-    if len(np.unique(np.ravel_multi_index(index.T, data.shape[:k]))) != len(index):
+    flat = np.ravel_multi_index(index.T, data.shape[:k]).tolist()
+    if len(set(flat)) != len(flat):
         return None  # the same element updated twice: which update wins is the kernel's
     out = data.copy()
     out[tuple(index.T)] = updates.reshape((-1,) + data.shape[k:])

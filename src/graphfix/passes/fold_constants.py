@@ -15,6 +15,7 @@ so `Expand`/`Tile` of a constant is not materialised into a huge initializer
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import onnx_graphsurgeon as gs
@@ -22,8 +23,8 @@ import onnx_graphsurgeon as gs
 from graphfix.graph import all_graphs, count_nodes, is_graph_output, is_onnx
 from graphfix.graph.propagate import propagate_shapes
 from graphfix.graph.prune import prune
-from graphfix.graph.shapes import infer_shapes, unnamed_dims_may_be_static
-from graphfix.graph.walk import tensor_map, toposort
+from graphfix.graph.shapes import infer_shapes, static_count, unnamed_dims_may_be_static
+from graphfix.graph.walk import opset_of, tensor_map, toposort
 from graphfix.passes._fold_closure import fold_closure, fold_node_exactly, lower_constant_nodes
 from graphfix.passes._fold_eval import (
     excluded,
@@ -33,6 +34,8 @@ from graphfix.passes._fold_eval import (
     inline_constant_ifs,
     scalar_range_inputs,
 )
+from graphfix.passes._shape_values import Dim as ShapeDim
+from graphfix.passes._shape_values import evaluate as evaluate_shape_value
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
 from graphfix.runtime.work import runaway_loops
 
@@ -123,7 +126,9 @@ class FoldConstants(Pass):
                 # now, which a Shape further down may read: fold again (one run is then
                 # enough, as the pass contract asks)
                 propagate_shapes(graph, _now_constant(graph, variables),
-                                 functools.partial(_fold_on_the_way, threshold=threshold))
+                                 functools.partial(_fold_on_the_way, threshold=threshold,
+                                                   read={}),
+                                 functools.partial(_reshaped, opset=opset_of(graph)))
                 whole = False
             elif whole:
                 break
@@ -133,7 +138,7 @@ class FoldConstants(Pass):
         return shapes, inlined
 
 
-def _fold_on_the_way(node: gs.Node, threshold: int | None) -> list[gs.Tensor]:
+def _fold_on_the_way(node: gs.Node, threshold: int | None, read: dict) -> list[gs.Tensor]:
     """What `propagate_shapes` folds as it goes: a Shape or Size whose dims are static now
     (or the Gather/Slice of one that reads only static dims), a node numpy computes
     exactly from constants (`fold_node_exactly`); the tensors that became constants."""
@@ -144,8 +149,43 @@ def _fold_on_the_way(node: gs.Node, threshold: int | None) -> list[gs.Tensor]:
         return []
     if not all(isinstance(t, gs.Constant) for t in node.inputs if t.name):
         return []
-    out = fold_node_exactly(node, threshold)
+    out = fold_node_exactly(node, threshold, read)
     return [out] if out is not None else []
+
+
+def _reshaped(node: gs.Node, opset: int) -> list | None:
+    """A Reshape's output dims from its target's entries (`_shape_values`): a known int,
+    the dim of another tensor (its size or its name, as whole-graph inference's data
+    propagation names it), None where not known; None when the target is not read or
+    is a constant (ONNX's own inference has it then)."""
+    data, target = node.inputs[0], node.inputs[1] if len(node.inputs) > 1 else None
+    if target is None or isinstance(target, gs.Constant) or data.shape is None:
+        return None
+    value = evaluate_shape_value(target, opset)
+    if isinstance(value, str) or value.scalar:
+        return None
+    keep_zero = bool(node.attrs.get("allowzero", 0))
+    dims: list = []
+    for i, entry in enumerate(value.entries):
+        if isinstance(entry, int):
+            if entry == 0 and not keep_zero:
+                dims.append(data.shape[i] if i < len(data.shape) else None)
+            else:
+                dims.append(entry if entry >= 0 else None)  # -1: below
+        elif isinstance(entry, ShapeDim) and entry.tensor.shape is not None and (
+                entry.axis < len(entry.tensor.shape)):
+            dim = entry.tensor.shape[entry.axis]
+            dims.append(dim if isinstance(dim, (int, str)) and dim != -1 else None)
+        else:
+            dims.append(None)
+    if value.entries.count(-1) == 1:
+        known = [d for d in dims if d is not None]
+        if len(known) == len(dims) - 1 and all(isinstance(d, int) for d in known) and (
+                static_count(data.shape) == len(data.shape)):
+            total, rest = math.prod(data.shape), math.prod(known)
+            if rest and total % rest == 0:
+                dims[value.entries.index(-1)] = total // rest
+    return dims
 
 
 def _variables(graph: gs.Graph) -> set[int]:
