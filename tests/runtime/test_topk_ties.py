@@ -18,13 +18,18 @@ A, B = np.float32(1.1), np.float32(3.3)
 ROWS = np.arange(12, dtype=np.float32).reshape(3, 4) * 10
 
 
-def _model(folded: bool, k: int = 1, extra: tuple[str, ...] = (), scale: float = 1.0
-           ) -> onnx.ModelProto:
-    """x -> z = x + v (not after the TopK's indices); s = c*a*b (or c*(a*b)*scale when
-    `folded`); v, i = TopK(s, k); y = Gather(rows, i); `extra` outputs: "w" =
-    ArgMax(Gather(s, i)) (after the TopK), "u" = ArgMax(s) (not after it)."""
+def _model(folded: bool, k: int = 1, extra: tuple[str, ...] = (), scale: float = 1.0,
+           bug: float = 0.0) -> onnx.ModelProto:
+    """x -> z = x + v + bug (not after the TopK's indices); s = c*a*b (or c*(a*b)*scale
+    when `folded`); v, i = TopK(s, k); y = Gather(rows, i); `extra` outputs: "w" =
+    ArgMax(Gather(s, i)) (after the TopK), "u" = ArgMax(s) (not after it), "n" =
+    NonZero(s >= cut) (a threshold at the tied values), "m" =
+    Sign(Gather(s, i) - cut) as float (after the TopK; Sign is no selection, so nothing
+    witnesses its flip)."""
     inits = [numpy_helper.from_array(C, "c"), numpy_helper.from_array(ROWS, "rows"),
-             numpy_helper.from_array(np.array([k], np.int64), "k")]
+             numpy_helper.from_array(np.array([k], np.int64), "k"),
+             numpy_helper.from_array(np.array([bug], np.float32), "bug"),
+             numpy_helper.from_array(np.array([C[0] * A * B], np.float32), "cut")]
     if folded:
         inits.append(numpy_helper.from_array(np.array([A * B * np.float32(scale)]), "ab"))
         nodes = [helper.make_node("Mul", ["c", "ab"], ["s"])]
@@ -35,13 +40,25 @@ def _model(folded: bool, k: int = 1, extra: tuple[str, ...] = (), scale: float =
                  helper.make_node("Mul", ["ca", "b"], ["s"])]
     nodes += [helper.make_node("TopK", ["s", "k"], ["v", "i"], name="topk"),
               helper.make_node("Gather", ["rows", "i"], ["y"]),
-              helper.make_node("Add", ["x", "v"], ["z"]),
-              helper.make_node("Gather", ["s", "i"], ["si"]),
-              helper.make_node("ArgMax", ["si"], ["w"], keepdims=0),
-              helper.make_node("ArgMax", ["s"], ["u"], keepdims=0)]
+              helper.make_node("Add", ["x", "v"], ["xv"]),
+              helper.make_node("Add", ["xv", "bug"], ["z"])]
+    if "w" in extra:
+        nodes += [helper.make_node("Gather", ["s", "i"], ["si"]),
+                  helper.make_node("ArgMax", ["si"], ["w"], keepdims=0)]
+    if "u" in extra:
+        nodes.append(helper.make_node("ArgMax", ["s"], ["u"], keepdims=0))
+    if "n" in extra:
+        nodes += [helper.make_node("GreaterOrEqual", ["s", "cut"], ["g"]),
+                  helper.make_node("NonZero", ["g"], ["n"])]
+    if "m" in extra:
+        nodes += [helper.make_node("Gather", ["s", "i"], ["sm"]),
+                  helper.make_node("Sub", ["sm", "cut"], ["d"]),
+                  helper.make_node("Sign", ["d"], ["m"])]
     outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [k, 4]),
             helper.make_tensor_value_info("z", TensorProto.FLOAT, [k])]
-    outs += [helper.make_tensor_value_info(n, TensorProto.INT64, []) for n in extra]
+    outs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, [k]) if n == "m" else
+             helper.make_tensor_value_info(n, TensorProto.INT64, [1, None] if n == "n" else [])
+             for n in extra]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
         "x", TensorProto.FLOAT, [1])], outs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -71,24 +88,42 @@ def test_a_flipped_choice_is_judged_with_the_original_choice():
     assert check.unjudged == {}  # everything was judged
 
 
-def test_what_still_differs_after_the_choice_is_not_judged_on_this_sample():
-    """w picks between the two tied values again (ArgMax, no witness): with the TopK
-    pinned it still flips, so what follows the TopK's indices is not judged; z, from
-    its values (which agree), is, and passes."""
+def test_a_choice_that_is_an_output_is_not_judged_and_what_follows_it_is():
+    """w picks between the two tied values again (ArgMax, its input witnessed): both
+    choices are pinned; w itself, a choice, is not judged; y and z are, and pass."""
     check = _check(_model(False, k=2, extra=("w",)))
     outcome = check.verify(_model(True, k=2, extra=("w",)))
-    assert outcome.ok and not outcome.pinned
-    assert set(check.unjudged) == {"y", "w"}
-    assert "TopK 'topk' chose among values tied" in check.unjudged["w"]
-    assert [d.name for d in outcome.diffs if not d.not_compared] == ["z"]
+    assert outcome.ok and outcome.pinned == ["TopK 'topk'", "ArgMax 'w'"]
+    assert set(check.unjudged) == {"w"}
+    assert {d.name for d in outcome.diffs if not d.not_compared} == {"y", "z"}
+
+
+def test_a_threshold_among_the_tied_values_is_pinned_too():
+    """s >= cut flips with the tie (its inputs agree): pinned with the TopK, the NonZero
+    after it is judged, and agrees."""
+    check = _check(_model(False, extra=("n",)))
+    outcome = check.verify(_model(True, extra=("n",)))
+    assert outcome.ok and outcome.pinned == ["TopK 'topk'", "GreaterOrEqual 'g'"]
+    assert check.unjudged == {}
+
+
+def test_what_still_differs_after_the_pinned_choices_is_not_judged_on_this_sample():
+    """m = Sign(Gather(s, i) - cut) flips at the tie even with the TopK pinned (Sign is no
+    selection): m, after the TopK's indices, is not judged; y and z still are."""
+    check = _check(_model(False, extra=("m",)))
+    outcome = check.verify(_model(True, extra=("m",)))
+    assert outcome.ok and outcome.pinned == ["TopK 'topk'"]
+    assert list(check.unjudged) == ["m"]
+    assert "TopK 'topk' chose among values tied" in check.unjudged["m"]
+    assert {d.name for d in outcome.diffs if not d.not_compared} == {"y", "z"}
 
 
 def test_a_flip_elsewhere_still_fails():
-    """u = ArgMax(s) flips too but does not follow the TopK: it is judged, and fails."""
+    """z, outside every choice, differs by a bug: the ties are pinned, z still fails."""
     check = _check(_model(False, extra=("u",)))
-    outcome = check.verify(_model(True, extra=("u",)))
+    outcome = check.verify(_model(True, extra=("u",), bug=0.5))
     assert not outcome.ok
-    assert [d.name for d in outcome.diffs if not d.ok] == ["u"]
+    assert [d.name for d in outcome.diffs if not d.ok] == ["z"]
 
 
 def test_a_topk_whose_values_differ_is_not_a_tie():
@@ -99,14 +134,14 @@ def test_a_topk_whose_values_differ_is_not_a_tie():
 
 
 def test_the_same_choice_costs_no_second_run(monkeypatch):
-    """A rewrite whose choice is the original's is judged from its one run."""
+    """A rewrite whose choices are the original's is judged from its one run."""
     check = _check(_model(False))
     runs = []
     real = outputs.run_checkable
     monkeypatch.setattr(outputs, "run_checkable",
                         lambda *a, **k: runs.append(k.get("extra_outputs")) or real(*a, **k))
     assert check.verify(_model(False)).ok
-    assert runs == [["v", "i"]]
+    assert len(runs) == 1 and {"s", "v", "i"} <= set(runs[0])
 
 
 def test_extra_outputs_leave_the_model_as_it_was():

@@ -301,7 +301,7 @@ class OutputCheck:
             return CheckOutcome(False, error=str(err))
         except Exception as err:
             return CheckOutcome(False, error=f"onnxruntime cannot run it: {said(err)}")
-        seen = {name: outputs.pop(name) for name in witnesses if name in outputs}
+        seen, outputs = outputs, _graph_outputs(model, outputs)
         self._ties = {}
         outcome = self._judge(outputs)
         if not outcome.ok and self.floor_of is not None:
@@ -313,42 +313,53 @@ class OutputCheck:
 
     def _pinned(self, model: onnx.ModelProto, seen: dict[str, np.ndarray],
                 outcome: CheckOutcome, outputs: dict[str, np.ndarray]) -> CheckOutcome:
-        """`outcome` again with every TopK that chose among near-ties given the original's
-        choice, as long as more are found (module `runtime.pinning`). When the outputs
-        still differ, other choices after it flipped too (a threshold's NonZero, an RoI's
-        pyramid level): what follows those TopKs is not judged on this sample, as
-        `graphfix check` does, and every other output is judged from `outputs`."""
+        """`outcome` again with every selection that chose among near-ties given the
+        original's choice, as long as more are found (module `runtime.pinning`). When
+        outputs after them still differ, choices no output witnesses flipped too (a
+        NonZero of a bool, NMS inside a Loop): those outputs are not judged on this
+        sample, as `graphfix check` does; every other output is judged, those after
+        the pinned choices from the last pinned run."""
+        known = {**self.reference, **self._witness}  # the original's values
         chosen: list[pinning.Selection] = []
+        flips: dict[str, str] = {}  # an output that carries a choice -> why
+        cut, last = model, outcome
         for _ in range(pinning.MAX_PINS):
-            more = [s for s in pinning.tied(self._selections, self._witness, seen)
+            more = [s for s in pinning.tied(self._selections, known, seen, cut)
                     if s not in chosen]
             if not more:
                 break
+            for s in more:
+                why = (f"ill-conditioned on this sample: {s.label} chose among values tied "
+                       "to within rounding")
+                flips.update(dict.fromkeys(pinning.differing(s, known, seen), why))
             chosen += more
-            cut = pinning.pinned(model, chosen, self._witness)
+            cut = pinning.pinned(model, chosen, known)
             feeds = feeds_as_declared(model, self.feeds)
-            feeds.update({n: self._witness[n] for s in chosen for n in (s.values, s.indices)})
+            feeds.update({n: known[n] for s in chosen for n in s.outputs})
             rest = pinning.witnesses(cut, self._selections)
             try:
                 got = run_checkable(cut, feeds, self.providers, extra_outputs=rest)
             except Exception:  # noqa: BLE001 - the cut model does not run: judged unpinned
                 break
-            seen = {name: got.pop(name) for name in rest if name in got}
-            pinned = self._judge(got)
-            if pinned.ok:
-                pinned.pinned = [s.label for s in chosen]
-                return pinned
+            seen, got = got, _graph_outputs(model, got)
+            # a graph output that is itself a choice that flipped is not judged
+            self._ties = {name: why for name, why in flips.items() if name in self.reference}
+            last, outputs = self._judge(got, self._ties), got
+            last.pinned = [s.label for s in chosen]
+            if last.ok:
+                return last
         if not chosen:
             return outcome
         from graphfix.runtime.randomness import downstream
 
-        # the indices carry the choice; the values agree (a tie), so what only they feed
-        # is judged
-        follows = downstream(model, {s.indices: f"ill-conditioned on this sample: {s.label} "
-                                     "chose among values tied to within rounding"
-                                     for s in chosen})
-        self._ties = {name: follows[name] for name in self.reference if name in follows}
-        return self._judge(outputs, self._ties)
+        # the outputs that differ carry the choice; what only agreeing ones feed is judged
+        follows = downstream(model, flips)
+        failing = {d.name for d in last.diffs if not d.ok or d.not_compared}
+        self._ties = {name: follows[name] for name in self.reference
+                      if name in follows and name in failing}
+        judged = self._judge(outputs, self._ties)
+        judged.pinned = last.pinned
+        return judged
 
     @property
     def empty(self) -> dict[str, str]:
@@ -461,6 +472,13 @@ def run_checkable(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
     if basic:
         return run_model(sub.model, feeds, providers, basic)
     return references.run(sub, feeds, providers)
+
+
+def _graph_outputs(model: onnx.ModelProto, values: Mapping[str, np.ndarray]
+                   ) -> dict[str, np.ndarray]:
+    """The graph outputs among a run's `values` (it returned extra tensors too)."""
+    names = {o.name for o in model.graph.output}
+    return {name: value for name, value in values.items() if name in names}
 
 
 def feeds_as_declared(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict:

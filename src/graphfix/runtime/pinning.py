@@ -1,22 +1,24 @@
-"""The run's output check across a TopK that chose among near-ties: the original's choice.
+"""The run's output check across choices among near-ties: the original's choice, pinned.
 
 A detector's proposals are a TopK of scores; with random weights (and often with real
 ones) some scores near the cut tie to within rounding. A correct rewrite (fold-bn on
 Faster R-CNN) changes their last bits, the TopK keeps another of the tied anchors, and
 every box after it differs by whole boxes: the output check failed and rolled a correct
-pass back (issue 18's report: Faster R-CNN).
+pass back (issue 18's report: Faster R-CNN). Thresholds do the same: a score compared
+with 0.05, an RoI's pyramid level (Floor of a log) a rounding away from the next one.
 
-The check sees each TopK's outputs in both runs (`extra` outputs, no copy of the model).
-When a rewrite's outputs fail and a TopK's values agree with the original's (within the
-float bound) while its indices differ, the TopK chose among tied values: the rewritten
-model is run again with that TopK cut out and the original's values and indices fed in
-its place (`pinned`), so everything after it is computed from the same choice and judged
-strictly, and everything before it was judged by the TopK's values. A TopK whose values
-differ is not a tie: the check fails as before. Cascades (a second TopK after the first)
-are pinned in turn, `MAX_PINS` runs at most.
-
-Only TopK has this witness; NonMaxSuppression, ArgMax and NonZero output indices alone,
-and a choice they make among ties still fails the check (a note says so).
+Such a node is a *selection*: a main-graph TopK, ArgMax/ArgMin, NonMaxSuppression,
+Floor/Ceil/Round, a comparison of floats, or a Cast from float to an integer or bool
+type. The check sees each selection's computed inputs and its outputs in both runs
+(`extra` outputs of the same runs, no copy of the model). When a rewrite's outputs fail
+and a selection's inputs agree with the original's (the float bound; integers exactly)
+while an output differs, and the rewritten model computes it with the same op,
+attributes and constant inputs, it chose among values tied to within rounding: the
+rewritten model is run again with that node cut out and the original's outputs fed in
+its place (`pinned`), so what follows is computed from the same choice and judged
+strictly, and what precedes it was judged by its inputs. New ties that the pinned run
+shows (a threshold after the TopK) are pinned in turn, `MAX_PINS` runs at most. A
+selection whose inputs differ is not a tie: the check fails as before.
 """
 
 from __future__ import annotations
@@ -26,62 +28,94 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from graphfix.runtime.compare import compare_outputs
 
 MAX_PINS = 3
-"""Reruns of one rewritten model with more TopKs pinned (each pins every TopK found tied)."""
+"""Reruns of one rewritten model, each with more selections pinned."""
+
+_ALWAYS = frozenset({"TopK", "ArgMax", "ArgMin", "NonMaxSuppression", "Floor", "Ceil",
+                     "Round"})
+_COMPARISONS = frozenset({"Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal"})
+_FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE,
+                     onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16})  # Cast's `to`
 
 
 @dataclass(frozen=True)
 class Selection:
-    """One TopK of the original's main graph: its label and output tensors."""
+    """One selection node of the original's main graph (module docstring)."""
 
     label: str
-    values: str
-    indices: str
+    op: str
+    attributes: bytes  # the node's attributes, serialized in order: compared as they are
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    constants: tuple[tuple[int, np.ndarray], ...]  # (input position, value) of constants
 
 
 def selections(model: onnx.ModelProto) -> list[Selection]:
-    """The main graph's TopK nodes whose both outputs are named."""
+    """The main graph's selection nodes (module docstring) whose outputs are all named."""
+    constants = _constants(model)
     out = []
     for node in model.graph.node:
-        if node.op_type == "TopK" and node.domain in ("", "ai.onnx") and (
-                len(node.output) >= 2 and node.output[0] and node.output[1]):
-            label = f"TopK '{node.name or node.output[0]}'"
-            out.append(Selection(label, node.output[0], node.output[1]))
+        if node.domain not in ("", "ai.onnx") or not node.output or not all(node.output):
+            continue
+        # comparisons and Casts of integers are selections that never tie: their inputs
+        # agree exactly whenever they do (exported models rarely declare which are floats)
+        if not (node.op_type in _ALWAYS or node.op_type in _COMPARISONS or (
+                node.op_type == "Cast" and _to_discrete(node))):
+            continue
+        fixed = tuple((i, constants[name]) for i, name in enumerate(node.input)
+                      if name in constants)
+        out.append(Selection(f"{node.op_type} '{node.name or node.output[0]}'", node.op_type,
+                             _attributes(node), tuple(node.input), tuple(node.output), fixed))
     return out
 
 
 def witnesses(model: onnx.ModelProto, found: Sequence[Selection]) -> list[str]:
-    """The outputs of `found` that `model`'s main graph computes (a pass may have merged
-    or renamed one)."""
+    """The tensors of `found` (inputs a node computes, outputs) that `model`'s main graph
+    computes (a pass may have merged or renamed one)."""
     produced = {name for node in model.graph.node for name in node.output}
-    return [name for s in found for name in (s.values, s.indices) if name in produced]
+    names = [name for s in found for name in (*s.inputs, *s.outputs) if name in produced]
+    return list(dict.fromkeys(names))
 
 
 def tied(found: Sequence[Selection], reference: Mapping[str, np.ndarray],
-         candidate: Mapping[str, np.ndarray]) -> list[Selection]:
-    """The TopKs whose values agree (the float bound of `runtime.compare`) and whose
-    indices differ: choices among values tied to within rounding."""
+         candidate: Mapping[str, np.ndarray], model: onnx.ModelProto) -> list[Selection]:
+    """The selections that chose among near-ties in `model` (the rewrite): an output
+    differs while every input agrees and `model` computes it alike (module docstring)."""
+    nodes = {node.output[0]: node for node in model.graph.node if node.output}
+    constants = None
     out = []
     for s in found:
-        names = (s.values, s.indices)
-        if not all(n in reference and n in candidate for n in names):
+        node = nodes.get(s.outputs[0])
+        if node is None or node.op_type != s.op or tuple(node.output) != s.outputs or (
+                len(node.input) != len(s.inputs) or _attributes(node) != s.attributes):
             continue
-        (values,) = compare_outputs({s.values: reference[s.values]}, candidate)
-        if values.ok and not np.array_equal(reference[s.indices], candidate[s.indices]):
+        if not any(not _agree(name, reference, candidate) for name in s.outputs):
+            continue
+        if constants is None:
+            constants = _constants(model)
+        fixed = dict(s.constants)
+        if all(_input_agrees(i, name, node.input[i], fixed, constants, reference, candidate)
+               for i, name in enumerate(s.inputs)):
             out.append(s)
     return out
 
 
+def differing(s: Selection, reference: Mapping[str, np.ndarray],
+              candidate: Mapping[str, np.ndarray]) -> list[str]:
+    """The outputs of `s` whose values differ between the runs (what carries the choice)."""
+    return [name for name in s.outputs if not _agree(name, reference, candidate)]
+
+
 def pinned(model: onnx.ModelProto, chosen: Sequence[Selection],
            reference: Mapping[str, np.ndarray]) -> onnx.ModelProto:
-    """`model` without the nodes computing `chosen` TopKs' outputs, which are graph inputs
-    instead (to be fed the original's `reference` values). A copy: `model` is unchanged
-    (deferred weights stay references)."""
-    names = {n for s in chosen for n in (s.values, s.indices)}
+    """`model` without the nodes computing `chosen` selections, whose outputs are graph
+    inputs instead (to be fed the original's `reference` values). A copy: `model` is
+    unchanged (deferred weights stay references)."""
+    names = {n for s in chosen for n in s.outputs}
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
@@ -93,6 +127,55 @@ def pinned(model: onnx.ModelProto, chosen: Sequence[Selection],
     graph.value_info.extend(infos)
     graph.input.extend(
         helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(reference[n].dtype),
-                                      reference[n].shape) for s in chosen
-        for n in (s.values, s.indices))
+                                      reference[n].shape) for s in chosen for n in s.outputs)
     return out
+
+
+def _agree(name: str, reference: Mapping[str, np.ndarray],
+           candidate: Mapping[str, np.ndarray]) -> bool:
+    ref, cand = reference.get(name), candidate.get(name)
+    if ref is None or cand is None:
+        return False
+    if ref.dtype.kind != "f":
+        return ref.dtype == cand.dtype and np.array_equal(ref, cand)
+    (diff,) = compare_outputs({name: ref}, {name: cand})
+    return diff.ok
+
+
+def _input_agrees(index: int, name: str, name_there: str, fixed: dict[int, np.ndarray],
+                  constants: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
+                  candidate: Mapping[str, np.ndarray]) -> bool:
+    """Input `index` (the original's `name`) agrees: a computed tensor within the bound,
+    a constant of the same value, or the same graph input."""
+    if not name:
+        return not name_there
+    if index in fixed:
+        value = constants.get(name_there)
+        return value is not None and value.dtype == fixed[index].dtype and (
+            np.array_equal(value, fixed[index]))
+    if name in reference:
+        return name_there == name and _agree(name, reference, candidate)
+    return name_there == name and name_there not in constants  # a graph input
+
+
+def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The main graph's small constants (initializers, Constant nodes) by name."""
+    out = {}
+    for t in model.graph.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL and len(t.dims) <= 1 and (
+                np.prod(t.dims, dtype=np.int64) <= 64):
+            out[t.name] = numpy_helper.to_array(t)
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output and node.attribute and (
+                node.attribute[0].name == "value"):
+            out[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    return out
+
+
+def _to_discrete(node: onnx.NodeProto) -> bool:
+    to = next((a.i for a in node.attribute if a.name == "to"), 0)
+    return to not in _FLOATS and to != 0
+
+
+def _attributes(node: onnx.NodeProto) -> bytes:
+    return b"".join(a.SerializeToString() for a in node.attribute)
