@@ -21,8 +21,9 @@ ROWS = np.arange(12, dtype=np.float32).reshape(3, 4) * 10
 def _model(folded: bool, k: int = 1, extra: tuple[str, ...] = (), scale: float = 1.0,
            bug: float = 0.0) -> onnx.ModelProto:
     """x -> z = x + v + bug (not after the TopK's indices); s = c*a*b (or c*(a*b)*scale
-    when `folded`); v, i = TopK(s, k); y = Gather(rows, i); `extra` outputs: "w" =
-    ArgMax(Gather(s, i)) (after the TopK), "u" = ArgMax(s) (not after it), "n" =
+    when `folded`), with c read through the input; v, i = TopK(s, k); y = Gather(rows,
+    i); `extra` outputs: "w" = ArgMax(Gather(s, i)) (after the TopK), "u" = ArgMax(s)
+    (not after it), "n" =
     NonZero(s >= cut) (a threshold at the tied values), "m" =
     Sign(Gather(s, i) - cut) as float (after the TopK; Sign is no selection, so nothing
     witnesses its flip)."""
@@ -30,14 +31,19 @@ def _model(folded: bool, k: int = 1, extra: tuple[str, ...] = (), scale: float =
              numpy_helper.from_array(np.array([k], np.int64), "k"),
              numpy_helper.from_array(np.array([bug], np.float32), "bug"),
              numpy_helper.from_array(np.array([C[0] * A * B], np.float32), "cut")]
+    # cx = c + x * 0: c, but computed from the input (a selection of constants alone
+    # is the same in any rewrite, so the check does not watch it)
+    inits.append(numpy_helper.from_array(np.zeros(1, np.float32), "zero"))
+    nodes = [helper.make_node("Mul", ["x", "zero"], ["x0"]),
+             helper.make_node("Add", ["c", "x0"], ["cx"])]
     if folded:
         inits.append(numpy_helper.from_array(np.array([A * B * np.float32(scale)]), "ab"))
-        nodes = [helper.make_node("Mul", ["c", "ab"], ["s"])]
+        nodes += [helper.make_node("Mul", ["cx", "ab"], ["s"])]
     else:
         inits += [numpy_helper.from_array(np.array([A]), "a"),
                   numpy_helper.from_array(np.array([B]), "b")]
-        nodes = [helper.make_node("Mul", ["c", "a"], ["ca"]),
-                 helper.make_node("Mul", ["ca", "b"], ["s"])]
+        nodes += [helper.make_node("Mul", ["cx", "a"], ["ca"]),
+                  helper.make_node("Mul", ["ca", "b"], ["s"])]
     nodes += [helper.make_node("TopK", ["s", "k"], ["v", "i"], name="topk"),
               helper.make_node("Gather", ["rows", "i"], ["y"]),
               helper.make_node("Add", ["x", "v"], ["xv"]),
@@ -150,3 +156,22 @@ def test_extra_outputs_leave_the_model_as_it_was():
     got = run_model(model, {"x": np.zeros(1, np.float32)}, extra_outputs=["ca", "y", "i"])
     assert set(got) == {"y", "z", "ca", "i"}
     assert model.SerializeToString() == before
+
+
+def test_selections_of_shapes_and_constants_are_not_watched():
+    """Shape arithmetic (a Cast of a Shape, an Equal of a constant) is the same in any
+    rewrite: only selections of computed values are witnessed."""
+    from onnx import parser
+
+    from graphfix.runtime.pinning import selections
+
+    model = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
+    g (float[3,2] x) => (bool[2] e, bool[3,2] g) <int64[2] two = {3, 2}> {
+        s = Shape(x)
+        f = Cast <to = 1> (s)
+        e = Equal(s, two)
+        h = Cast <to = 7> (f)
+        g = Greater(x, f)
+    }""")
+    onnx.checker.check_model(model, full_check=True)
+    assert [s.label for s in selections(model)] == ["Greater 'g'"]

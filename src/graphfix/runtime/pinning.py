@@ -57,10 +57,13 @@ class Selection:
 def selections(model: onnx.ModelProto) -> list[Selection]:
     """The main graph's selection nodes (module docstring) whose outputs are all named."""
     constants = _constants(model)
+    fixed = _shape_derived(model, constants)
     out = []
     for node in model.graph.node:
         if node.domain not in ("", "ai.onnx") or not node.output or not all(node.output):
             continue
+        if all(not name or name in fixed for name in node.input):
+            continue  # shape arithmetic: the same in any rewrite, whatever the weights
         # comparisons and Casts of integers are selections that never tie: their inputs
         # agree exactly whenever they do (exported models rarely declare which are floats)
         if not (node.op_type in _ALWAYS or node.op_type in _COMPARISONS or (
@@ -169,6 +172,21 @@ def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
         if node.op_type == "Constant" and node.output and node.attribute and (
                 node.attribute[0].name == "value"):
             out[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    return out
+
+
+def _shape_derived(model: onnx.ModelProto, constants: Mapping[str, np.ndarray]
+                   ) -> set[str]:
+    """Main-graph tensors computed from shapes and constants alone (Shape, Size and what
+    only reads them and constants): they do not depend on the inputs' values, so no
+    rewrite's rounding moves them between two runs of one model."""
+    out = set(constants) | {t.name for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type in ("Shape", "Size") or (
+                node.input and all(not name or name in out for name in node.input)
+                and not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                            for a in node.attribute)):
+            out.update(name for name in node.output if name)
     return out
 
 
