@@ -46,7 +46,7 @@ class CheckOutcome:
     ok: bool
     diffs: list[OutputDiff] = field(default_factory=list)
     error: str = ""
-    # TopKs that chose among near-ties, judged with the original's choice (`pinning`)
+    # selections that chose among near-ties, judged with the original's choice (`pinning`)
     pinned: list[str] = field(default_factory=list)
 
     @property
@@ -106,10 +106,10 @@ class OutputCheck:
         # the model whose floor a failing check measures (`verify`), until it is measured
         self.floor_of: onnx.ModelProto | None = None
         self.floor_measured = False
-        # the original's TopKs and their outputs on the feeds (`runtime.pinning`)
+        # the original's selections, and their inputs and outputs on the feeds (`pinning`)
         self._selections: list[pinning.Selection] = []
         self._witness: dict[str, np.ndarray] = {}
-        # outputs the last `verify` did not judge: they follow a TopK's choice among ties
+        # outputs the last `verify` did not judge: they follow a choice among near-ties
         self._ties: dict[str, str] = {}
         # the thread running the original (`prepare(background=True)`), and what it raised
         self._worker: threading.Thread | None = None
@@ -274,15 +274,15 @@ class OutputCheck:
         return cls({}, None, reason)
 
     def _witnesses_of(self, model: onnx.ModelProto) -> list[str]:
-        """The original's TopK outputs (`runtime.pinning`), found in `model` (the original:
-        its TopKs, recorded here)."""
+        """The tensors of the original's selections (`runtime.pinning`) that `model`
+        computes (for the original itself, its selections are recorded here first)."""
         if self._reference is None and not self._selections:
             self._selections = pinning.selections(model)
         return pinning.witnesses(model, self._selections)
 
     def _with_witness(self, model: onnx.ModelProto, outputs: dict[str, np.ndarray]
                       ) -> dict[str, np.ndarray]:
-        """The graph outputs of a run; the TopK outputs it also returned kept aside."""
+        """The graph outputs of a run; the selections' tensors it also returned kept aside."""
         graph_outputs = {o.name for o in model.graph.output}
         for name in [n for n in outputs if n not in graph_outputs]:
             self._witness[name] = outputs.pop(name)
@@ -290,8 +290,8 @@ class OutputCheck:
 
     def verify(self, model: onnx.ModelProto) -> CheckOutcome:
         """Run the rewritten model on the reference inputs and compare every output; where
-        they differ after a TopK that chose among near-ties, again with the original's
-        choice there (`runtime.pinning`)."""
+        they differ after a selection that chose among near-ties, again with the
+        original's choice there (`runtime.pinning`)."""
         assert self.reference is not None, "verify() on a disabled check"
         witnesses = pinning.witnesses(model, self._selections) if self._witness else []
         try:
@@ -354,7 +354,7 @@ class OutputCheck:
 
         # the outputs that differ carry the choice; what only agreeing ones feed is judged
         follows = downstream(model, flips)
-        failing = {d.name for d in last.diffs if not d.ok or d.not_compared}
+        failing = {d.name for d in last.diffs if not d.ok} | set(flips)
         self._ties = {name: follows[name] for name in self.reference
                       if name in follows and name in failing}
         judged = self._judge(outputs, self._ties)
@@ -372,8 +372,8 @@ class OutputCheck:
     @property
     def unjudged(self) -> dict[str, str]:
         """Every output the check cannot judge on this sample, with why: ill-conditioned
-        or random (`unstable`), or empty, or after a TopK's choice among near-ties in the
-        last `verify` (`runtime.pinning`); none when the check is off."""
+        or random (`unstable`), or empty, or after a choice among near-ties in the last
+        `verify` (`runtime.pinning`); none when the check is off."""
         return {**self.unstable, **self._ties, **self.empty} if self.enabled else {}
 
     def judges_nothing(self) -> bool:
