@@ -71,3 +71,56 @@ def test_a_flip_on_one_sample_leaves_a_failure_on_another_judged():
     report = compare_layerwise(_select(), bad, _feeds())
     assert not report.passed
     assert report.first_divergence.name == "y"
+
+
+def _nms(shift: float = 0.0, threshold: float = 0.5):
+    """s = x + b (scores of three disjoint boxes); NonMaxSuppression keeps those over
+    `threshold`; y = Gather(boxes, their indices). The candidate adds `shift` to b[0]:
+    x[0] sits a rounding below the threshold, so an ulp keeps one more box."""
+    nodes = [helper.make_node("Add", ["x", "b"], ["s"]),
+             helper.make_node("Reshape", ["s", "shape"], ["scores"]),
+             helper.make_node("NonMaxSuppression", ["boxes", "scores", "most", "iou", "thr"],
+                              ["sel"], name="nms"),
+             helper.make_node("Gather", ["sel", "two"], ["idx"], axis=1),
+             helper.make_node("Gather", ["flat", "idx"], ["y"], axis=0)]
+    bias = np.zeros(3, np.float32)
+    bias[0] = shift
+    boxes = np.array([[[0, 0, 1, 1], [2, 2, 3, 3], [4, 4, 5, 5]]], np.float32)
+    inits = [numpy_helper.from_array(bias, "b"),
+             numpy_helper.from_array(np.array([1, 1, 3], np.int64), "shape"),
+             numpy_helper.from_array(boxes, "boxes"),
+             numpy_helper.from_array(boxes[0], "flat"),
+             numpy_helper.from_array(np.array([10], np.int64), "most"),
+             numpy_helper.from_array(np.array([0.5], np.float32), "iou"),
+             numpy_helper.from_array(np.array([threshold], np.float32), "thr"),
+             numpy_helper.from_array(np.array(2, np.int64), "two")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [3])],
+                              [helper.make_tensor_value_info("y", F, [None, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _below_threshold():
+    below = np.nextafter(np.float32(0.5), np.float32(0))
+    return [{"x": np.array([below, 0.9, 0.1], np.float32)}]
+
+
+def test_a_selection_witnessed_by_its_inputs_and_what_follows_it_are_not_judged():
+    """Keypoint R-CNN's RPN NonMaxSuppression, in small: its scores agree, it keeps
+    another number of boxes, and the tensors after it do not even compare by shape."""
+    ulp = float(2 * np.spacing(np.float32(0.5)))
+    report = compare_layerwise(_nms(), _nms(shift=ulp), _below_threshold())
+    assert report.passed and report.first_divergence is None
+    by_name = {t.name: t for t in report.tensors}
+    assert by_name["scores"].ok is True
+    for name in ("sel", "idx", "y"):
+        assert by_name[name].status is TensorStatus.ILL_CONDITIONED, name
+        assert "NonMaxSuppression 'nms' chose among values tied" in by_name[name].detail
+
+
+def test_a_selection_with_another_threshold_is_not_a_tie():
+    ulp = float(2 * np.spacing(np.float32(0.5)))
+    report = compare_layerwise(_nms(), _nms(shift=ulp, threshold=0.4), _below_threshold())
+    assert not report.passed
+    assert not any(t.status is TensorStatus.ILL_CONDITIONED for t in report.tensors)

@@ -271,7 +271,9 @@ def compare_layerwise(
                           CandidateConvs(given_candidate if engine is None else None))
     results = _results(reference, plans, tallies, producers, _quantized(candidate))
     random = mark_random(reference, results)
-    unjudged = (mark_ill_conditioned(reference, results, tallies, producers)
+    pairs = [(g.reference.model, g.candidate.model, g.samples) for g in groups
+             ] if engine is None else []  # an engine's candidate has no nodes to match
+    unjudged = (mark_ill_conditioned(reference, results, tallies, producers, pairs)
                 if mode == "strict" else 0)
     first = next((t for t in results if t.ok is False), None)
     origins = find_origins(results, tallies, producers, min_amplification)

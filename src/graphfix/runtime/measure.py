@@ -163,6 +163,7 @@ class Tally:
     abs_errors: dict[int, float] = field(default_factory=dict)  # max |c - r| per sample
     tolerance: Tolerance | None = None  # what strict mode held it to (floats)
     shape: tuple[int, ...] = ()  # the reference's, on the first sample compared
+    mismatched: set[int] = field(default_factory=set)  # samples that did not compare (`why`)
 
     def add(self, sample: int, ref, cand, mode: str, threshold: float,
             tolerance: Tolerance | None = None) -> None:
@@ -172,6 +173,7 @@ class Tally:
         m = measure(ref, cand, mode, threshold, tolerance)
         if isinstance(m, str):
             self.why = self.why or m
+            self.mismatched.add(sample)
             return
         self.errors[sample] = m.error
         self.oks[sample] = m.ok

@@ -107,6 +107,25 @@ def tied(found: Sequence[Selection], reference: Mapping[str, np.ndarray],
     return out
 
 
+def alike(s: Selection, node: onnx.NodeProto, constants: Mapping[str, np.ndarray]) -> bool:
+    """Whether `node` (of another model; `constants`: that model's, `constants_of`)
+    computes `s`'s selection: the same op, attributes and number of inputs and outputs,
+    and constants of the same values where `s` reads constants."""
+    if node.op_type != s.op or len(node.output) != len(s.outputs) or (
+            len(node.input) != len(s.inputs) or _attributes(node) != s.attributes):
+        return False
+    for index, value in s.constants:
+        there = constants.get(node.input[index])
+        if there is None or there.dtype != value.dtype or not np.array_equal(there, value):
+            return False
+    return True
+
+
+def constants_of(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The main graph's small constants by name (what `alike` compares)."""
+    return _constants(model)
+
+
 def differing(s: Selection, reference: Mapping[str, np.ndarray],
               candidate: Mapping[str, np.ndarray]) -> list[str]:
     """The outputs of `s` whose values differ between the runs (what carries the choice)."""
