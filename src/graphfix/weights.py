@@ -368,6 +368,11 @@ def reference(tensor: TensorProto) -> dict[str, str]:
     return {e.key: e.value for e in tensor.external_data}
 
 
+def data_file(tensor: TensorProto) -> str:
+    """The path of a deferred tensor's file."""
+    return _path(reference(tensor))
+
+
 def open_data(tensor: TensorProto):
     """A deferred tensor's file, open at its offset (a context manager)."""
     return _open(tensor, reference(tensor))

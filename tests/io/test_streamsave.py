@@ -79,3 +79,29 @@ def test_a_weights_file_cut_short_fails_cleanly(tmp_path):
     with pytest.raises(GraphfixError, match="became shorter"):
         io.save(lazy, tmp_path / "out.onnx")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]
+
+
+@pytest.mark.parametrize("copied", [0, 4096], ids=["refused", "refused-midway"])
+def test_a_kernel_that_refuses_the_copy_gets_the_same_bytes_through_memory(
+        tmp_path, monkeypatch, copied):
+    """os.copy_file_range fails across file systems (EXDEV) and on old kernels: the rest
+    of that weight, and every later one, is read and written in chunks."""
+    import errno
+    import os
+
+    source = tmp_path / "m.onnx"
+    io.save(_model(), source, external_data=True)
+    lazy = io.load(source, weights=False)
+    real, calls = os.copy_file_range, []
+
+    def refusing(src, dst, count, offset_src=None, offset_dst=None):
+        calls.append(count)
+        if copied and len(calls) == 1:
+            return real(src, dst, min(count, copied), offset_src)
+        raise OSError(errno.EXDEV, "cross-device")
+
+    monkeypatch.setattr(os, "copy_file_range", refusing)
+    out = tmp_path / "out.onnx"
+    io.save(lazy, out)
+    assert out.read_bytes() == io.load(source).SerializeToString()
+    assert len(calls) == (2 if copied else 1)  # not asked again after refusing
