@@ -160,7 +160,7 @@ def test_extra_outputs_leave_the_model_as_it_was():
 
 def test_selections_of_shapes_and_constants_are_not_watched():
     """Shape arithmetic (a Cast of a Shape, an Equal of a constant) is the same in any
-    rewrite: only selections of computed values are witnessed."""
+    rewrite: only selections of computed values are witnessed, also after one (k)."""
     from onnx import parser
 
     from graphfix.runtime.pinning import selections
@@ -172,6 +172,7 @@ def test_selections_of_shapes_and_constants_are_not_watched():
         e = Equal(s, two)
         h = Cast <to = 7> (f)
         g = Greater(x, f)
+        k = Equal(s, two)
     }""")
     onnx.checker.check_model(model, full_check=True)
     assert [s.label for s in selections(model)] == ["Greater 'g'"]

@@ -26,6 +26,7 @@ import onnx
 
 from graphfix.check._inline import Producer, topo_order
 from graphfix.check.status import TensorStatus
+from graphfix.graph.dtypes import np_dtype
 from graphfix.runtime.measure import Tally
 
 if TYPE_CHECKING:
@@ -113,22 +114,13 @@ def _agrees(name: str, sample: int, tallies: Mapping[str, Tally],
     if producer.op == "Cast":
         source = tallies.get(data)
         to = casts.get(name, 0)
-        same = source is not None and bool(source.dtype) and to != 0 and (
-            _dtype_name(to) == source.dtype)
+        dtype = np_dtype(to)
+        same = source is not None and dtype is not None and str(dtype) == source.dtype
         if not same:
             return False
     elif producer.op not in _RESHAPES:
         return False
     return data in producers and _agrees(data, sample, tallies, producers, casts, depth + 1)
-
-
-def _dtype_name(elem_type: int) -> str:
-    from onnx import helper
-
-    try:
-        return str(helper.tensor_dtype_to_np_dtype(elem_type))
-    except (KeyError, ValueError, TypeError):
-        return ""
 
 
 def _topk_flips(reference: onnx.ModelProto, tallies: Mapping[str, Tally],

@@ -26,6 +26,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from graphfix.graph.dtypes import np_dtype
 from graphfix.graph.rewire import constant_value
 
 MAX_ELEMENTS = 4096
@@ -301,10 +302,9 @@ def _scatter_nd(node, inputs):
 
 
 def _cast(node, inputs):
-    x, target = inputs[0], _onnx_to_numpy(int(node.attrs["to"]))
-    if target is None or x.dtype.kind not in "biuf" or x.dtype == np.float16:
+    x, to = inputs[0], np_dtype(int(node.attrs["to"]))
+    if to is None or x.dtype.kind not in "biuf" or x.dtype == np.float16:
         return None
-    to = np.dtype(target)
     if to.kind not in "biuf" or (to.kind == "f" and to not in _EXACT_FLOATS):
         return None  # strings, float16, bfloat16, float8: the kernel's roundings
     if to.kind == "f":
@@ -320,15 +320,6 @@ def _cast(node, inputs):
     if to == np.bool_:
         return x != 0
     return x.astype(to)
-
-
-def _onnx_to_numpy(to: int):
-    from onnx import helper
-
-    try:
-        return helper.tensor_dtype_to_np_dtype(to)
-    except (KeyError, ValueError):
-        return None
 
 
 # ----------------------------------------------------------------------------- arithmetic

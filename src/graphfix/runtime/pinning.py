@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from graphfix.graph.dtypes import np_dtype
 from graphfix.runtime.compare import compare_outputs
 
 MAX_PINS = 3
@@ -38,8 +39,6 @@ MAX_PINS = 3
 _ALWAYS = frozenset({"TopK", "ArgMax", "ArgMin", "NonMaxSuppression", "Floor", "Ceil",
                      "Round"})
 _COMPARISONS = frozenset({"Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal"})
-_FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE,
-                     onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16})  # Cast's `to`
 
 
 @dataclass(frozen=True)
@@ -56,13 +55,13 @@ class Selection:
 
 def selections(model: onnx.ModelProto) -> list[Selection]:
     """The main graph's selection nodes (module docstring) whose outputs are all named."""
-    constants = _constants(model)
-    fixed = _shape_derived(model, constants)
+    constants = constants_of(model)
+    shape_only = _shape_derived(model, constants)
     out = []
     for node in model.graph.node:
         if node.domain not in ("", "ai.onnx") or not node.output or not all(node.output):
             continue
-        if all(not name or name in fixed for name in node.input):
+        if all(not name or name in shape_only for name in node.input):
             continue  # shape arithmetic: the same in any rewrite, whatever the weights
         # comparisons and Casts of integers are selections that never tie: their inputs
         # agree exactly whenever they do (exported models rarely declare which are floats)
@@ -93,16 +92,14 @@ def tied(found: Sequence[Selection], reference: Mapping[str, np.ndarray],
     out = []
     for s in found:
         node = nodes.get(s.outputs[0])
-        if node is None or node.op_type != s.op or tuple(node.output) != s.outputs or (
-                len(node.input) != len(s.inputs) or _attributes(node) != s.attributes):
+        if node is None or tuple(node.output) != s.outputs or not differing(
+                s, reference, candidate):
             continue
-        if not any(not _agree(name, reference, candidate) for name in s.outputs):
-            continue
-        if constants is None:
-            constants = _constants(model)
-        fixed = dict(s.constants)
-        if all(_input_agrees(i, name, node.input[i], fixed, constants, reference, candidate)
-               for i, name in enumerate(s.inputs)):
+        constants = constants_of(model) if constants is None else constants
+        fixed = {i for i, _ in s.constants}
+        if alike(s, node, constants) and all(
+                _input_agrees(name, node.input[i], constants, reference, candidate)
+                for i, name in enumerate(s.inputs) if i not in fixed):
             out.append(s)
     return out
 
@@ -119,11 +116,6 @@ def alike(s: Selection, node: onnx.NodeProto, constants: Mapping[str, np.ndarray
         if there is None or there.dtype != value.dtype or not np.array_equal(there, value):
             return False
     return True
-
-
-def constants_of(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """The main graph's small constants by name (what `alike` compares)."""
-    return _constants(model)
 
 
 def differing(s: Selection, reference: Mapping[str, np.ndarray],
@@ -164,24 +156,21 @@ def _agree(name: str, reference: Mapping[str, np.ndarray],
     return diff.ok
 
 
-def _input_agrees(index: int, name: str, name_there: str, fixed: dict[int, np.ndarray],
-                  constants: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
-                  candidate: Mapping[str, np.ndarray]) -> bool:
-    """Input `index` (the original's `name`) agrees: a computed tensor within the bound,
-    a constant of the same value, or the same graph input."""
+def _input_agrees(name: str, name_there: str, constants: Mapping[str, np.ndarray],
+                  reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray]
+                  ) -> bool:
+    """A non-constant input (the original's `name`, the rewrite's `name_there`) agrees:
+    a computed tensor within the bound, or the same graph input (constants: `alike`)."""
     if not name:
         return not name_there
-    if index in fixed:
-        value = constants.get(name_there)
-        return value is not None and value.dtype == fixed[index].dtype and (
-            np.array_equal(value, fixed[index]))
     if name in reference:
         return name_there == name and _agree(name, reference, candidate)
     return name_there == name and name_there not in constants  # a graph input
 
 
-def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """The main graph's small constants (initializers, Constant nodes) by name."""
+def constants_of(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The main graph's small constants (initializers, Constant nodes) by name (what
+    `alike` compares)."""
     out = {}
     for t in model.graph.initializer:
         if t.data_location != onnx.TensorProto.EXTERNAL and len(t.dims) <= 1 and (
@@ -210,8 +199,9 @@ def _shape_derived(model: onnx.ModelProto, constants: Mapping[str, np.ndarray]
 
 
 def _to_discrete(node: onnx.NodeProto) -> bool:
-    to = next((a.i for a in node.attribute if a.name == "to"), 0)
-    return to not in _FLOATS and to != 0
+    """A Cast to an integer or bool type."""
+    dtype = np_dtype(next((a.i for a in node.attribute if a.name == "to"), 0))
+    return dtype is not None and dtype.kind in "biu"
 
 
 def _attributes(node: onnx.NodeProto) -> bytes:
