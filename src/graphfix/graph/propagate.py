@@ -217,26 +217,18 @@ def _refine(t: gs.Variable, proto: onnx.TypeProto) -> bool:
             changed = True
     if not tensor_type.HasField("shape"):
         return changed
-    new = [proto_dim(d) for d in tensor_type.shape.dim]
-    old = t.shape
-    if old is None:
-        t.shape = new
-        return True
-    if len(new) != len(old) or static_count(new) <= static_count(old):
-        return changed
-    if any(_known(a) and _known(b) and a != b for a, b in zip(old, new, strict=True)):
-        return changed  # a conflict: whole-graph inference decides, not this
-    t.shape = new
-    return True
+    return _refine_dims(t, [proto_dim(d) for d in tensor_type.shape.dim]) or changed
 
 
 def _refine_dims(t: gs.Variable, new: list) -> bool:
-    """`_refine` for dims given as a list (ints, names, None)."""
+    """Give `t` the shape `new` (ints, names, None) where it has none, or where `new` is
+    more static and agrees with its static dims; whether it did."""
     old = t.shape
-    if old is not None and (len(new) != len(old) or static_count(new) <= static_count(old)
-                            or any(_known(a) and _known(b) and a != b
-                                   for a, b in zip(old, new, strict=True))):
-        return False
+    if old is not None:
+        if len(new) != len(old) or static_count(new) <= static_count(old):
+            return False
+        if any(_known(a) and _known(b) and a != b for a, b in zip(old, new, strict=True)):
+            return False  # a conflict: whole-graph inference decides, not this
     t.shape = list(new)
     return True
 

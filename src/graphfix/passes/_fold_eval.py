@@ -28,6 +28,7 @@ from graphfix.graph import (
     replace_in,
 )
 from graphfix.passes._fold_closure import closure_model, run_closure
+from graphfix.passes._fold_numpy import shape_slice
 
 # Ops whose result is not a tensor (gs cannot hold it as a constant) or not a function of
 # the inputs (folding would freeze one draw).
@@ -53,12 +54,7 @@ def _static(shape) -> list[int | None] | None:
 def shape_dims(node: gs.Node) -> list[int | None] | None:
     """The dims a Shape node outputs (None where not static), honouring start/end."""
     dims = _static(node.inputs[0].shape)
-    if dims is None:
-        return None
-    rank = len(dims)
-    start, end = node.attrs.get("start", 0), node.attrs.get("end", rank)
-    start, end = (min(max(v + rank if v < 0 else v, 0), rank) for v in (start, end))
-    return dims[start:end]
+    return None if dims is None else shape_slice(node, dims)
 
 
 def _constant(t: gs.Tensor) -> np.ndarray | None:

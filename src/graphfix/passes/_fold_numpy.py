@@ -21,7 +21,7 @@ op with onnxruntime, bit for bit).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -241,11 +241,17 @@ def _identity(node, inputs):
     return inputs[0].copy()
 
 
-def _shape(node, dims):
+def shape_slice(node: gs.Node, dims: Sequence) -> list:
+    """The dims a Shape node outputs from its input's `dims`: its start/end attributes
+    (opset 15), clamped as ONNX says."""
     rank = len(dims)
     start, end = int(node.attrs.get("start", 0)), int(node.attrs.get("end", rank))
     start, end = (min(max(v + rank if v < 0 else v, 0), rank) for v in (start, end))
-    return np.array(list(dims)[start:end], dtype=np.int64)
+    return list(dims)[start:end]
+
+
+def _shape(node, dims):
+    return np.array(shape_slice(node, dims), dtype=np.int64)
 
 
 def _size(node, dims):

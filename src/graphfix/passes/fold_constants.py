@@ -147,9 +147,7 @@ def _fold_on_the_way(node: gs.Node, threshold: int | None, read: dict) -> list[g
         return made
     if any(isinstance(v, gs.Node.AttributeRef) for v in node.attrs.values()):
         return []
-    if not all(isinstance(t, gs.Constant) for t in node.inputs if t.name):
-        return []
-    out = fold_node_exactly(node, threshold, read)
+    out = fold_node_exactly(node, threshold, read)  # None unless every input is constant
     return [out] if out is not None else []
 
 
