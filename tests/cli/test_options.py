@@ -10,6 +10,7 @@ import sys
 import pytest
 import typer.main
 
+from graphfix.cli import docgen
 from graphfix.cli import options as opt
 from graphfix.cli.app import app
 from graphfix.cli.renamed import RENAMED, refuse_old_spellings
@@ -35,7 +36,7 @@ def _flags() -> dict[str, dict[str, tuple]]:
         for param in command.params:
             if param.param_type_name != "option" or param.hidden:
                 continue
-            described = (param.type_descriptor.annotation, repr(param.default), param.help,
+            described = (docgen.value_type(param), repr(param.default), param.help,
                          param.multiple, param.is_flag, param.metavar)
             for flag in param.opts:
                 flags.setdefault(flag, {})[name] = described

@@ -30,6 +30,10 @@ DOCS = Path(__file__).resolve().parents[3] / "docs" / "cli"
 INDEX = "README.md"
 REGENERATE = "python -m graphfix.cli.docgen"
 _TYPES = {"Path": "PATH", "str": "TEXT", "int": "INTEGER", "float": "FLOAT", "bool": "BOOLEAN"}
+# Before typer 0.29 an option has no annotation, only its click type, named thus.
+_CLICK_TYPES = {"path": "PATH", "str": "TEXT", "text": "TEXT", "integer": "INTEGER",
+                "int": "INTEGER", "integer range": "INTEGER", "int range": "INTEGER",
+                "float": "FLOAT", "float range": "FLOAT", "boolean": "BOOLEAN"}
 
 
 def commands() -> dict[str, Any]:
@@ -55,11 +59,16 @@ def md(text: str | None) -> str:
     return "`".join(parts)
 
 
-def _type(param: Any) -> str:
-    """The value a param takes: its metavar, else its annotation's name (list[X]: X)."""
+def value_type(param: Any) -> str:
+    """The value a param takes: its metavar, else its annotation's name (list[X]: X), or
+    with a typer older than 0.29 its click type's; the same word either way."""
     if param.metavar:
         return param.metavar
-    annotation = param.type_descriptor.annotation
+    described = getattr(param, "type_descriptor", None)  # typer 0.29 and later
+    if described is None:
+        name = param.type.name
+        return _CLICK_TYPES.get(name, name.upper())
+    annotation = described.annotation
     name = getattr(annotation, "__name__", str(annotation))
     inner = re.fullmatch(r"(?:list|List)\[(?:\w+\.)*(\w+)\]", str(annotation))
     return _TYPES.get(inner.group(1) if inner else name, name.upper())
@@ -68,11 +77,12 @@ def _type(param: Any) -> str:
 def _value(param: Any) -> str:
     if getattr(param, "is_flag", False):
         return "flag"
-    text = _type(param)
-    if param.min is not None:
-        text += f" >= {param.min}"
-    if param.max is not None:
-        text += f" <= {param.max}"
+    text = value_type(param)
+    ranged = param if hasattr(param, "min") else param.type  # before typer 0.29: click's range
+    if getattr(ranged, "min", None) is not None:
+        text += f" >= {ranged.min}"
+    if getattr(ranged, "max", None) is not None:
+        text += f" <= {ranged.max}"
     return text + (", repeatable" if param.multiple else "")
 
 
@@ -112,7 +122,7 @@ def reference(name: str, command: Any) -> list[str]:
     if arguments:
         lines += ["| argument | required | value | description |", "|---|---|---|---|"]
         lines += [f"| `{_argument_name(p)}` | {'yes' if p.required else 'no'} | "
-                  f"{_type(p)} | {md(p.help)} |" for p in arguments]
+                  f"{value_type(p)} | {md(p.help)} |" for p in arguments]
         lines.append("")
     options = [p for p in command.params
                if p.param_type_name == "option" and not p.hidden]
