@@ -81,3 +81,24 @@ def test_reports_name_the_onnxruntime_that_ran():
     versions = tool_versions()
     assert versions["onnxruntime"].split()[0] == ort.__version__
     assert versions["onnxruntime"].endswith("(gpu)") == HAS_CUDA
+
+
+def test_a_run_that_needs_no_session_does_not_import_onnxruntime(tmp_path):
+    """`run --no-check` on a model whose folds numpy computes makes no session: the CPU
+    provider is not looked up in onnxruntime (always there) and its logs are quieted
+    lazily, so the 20 ms import is not paid (bench/RESULTS.md, ninth round)."""
+    import subprocess
+    import sys
+
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(samples.conv_bn_relu_residual(), src)
+    code = ("import sys\n"
+            "from graphfix.cli.app import app\n"
+            f"try:\n    app([\"run\", {str(src)!r}, \"-o\", {str(out)!r}, \"--no-check\"])\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "print('onnxruntime' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "False"
+    assert out.exists()

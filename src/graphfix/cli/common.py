@@ -54,15 +54,15 @@ class Settings:
 def user_errors(ctx: typer.Context) -> Iterator[None]:
     """Show a GraphfixError as one paragraph and exit 2 (with a traceback under --debug).
 
-    Also quiets onnxruntime's own warnings (printed by sessions other libraries
-    create, e.g. onnx-graphsurgeon's constant folding) unless --debug: the CLI,
-    not the library, decides what reaches the terminal.
+    Also quiets onnxruntime's own process-wide log lines unless --debug
+    (`runtime.session.quiet_onnxruntime`): the CLI, not the library, decides what
+    reaches the terminal.
     """
     debug = bool(ctx.obj and ctx.obj.debug)
     if not debug:
-        import onnxruntime
+        from graphfix.runtime.session import quiet_onnxruntime
 
-        onnxruntime.set_default_logger_severity(4)  # graphfix says the errors itself
+        quiet_onnxruntime()  # graphfix says the errors itself
     try:
         yield
     except GraphfixError as err:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 
@@ -47,13 +48,15 @@ def provider_names(providers: str | Sequence[str]) -> tuple[str, ...]:
     CUDAExecutionProvider, full names pass through), checked against what the installed
     onnxruntime offers. Raises GraphfixError for none given or one it lacks, so asking
     for CUDA never runs on the CPU unnoticed."""
-    import onnxruntime as ort
-
     items = providers.split(",") if isinstance(providers, str) else providers
     names = tuple(PROVIDERS.get(p.strip().lower(), p.strip()) for p in items if p.strip())
     if not names:
         raise GraphfixError("no onnxruntime execution provider given",
                             "the --providers list names none", "pass --providers cpu, or cuda,cpu")
+    if set(names) == {PROVIDERS["cpu"]}:  # every onnxruntime has it; no import (20 ms) to ask
+        return names
+    import onnxruntime as ort
+
     available = ort.get_available_providers()
     for name in names:
         if name not in available:
@@ -142,6 +145,20 @@ def intra_op_threads() -> int:
     return max(1, cpus)
 
 
+_QUIET = False
+
+
+def quiet_onnxruntime() -> None:
+    """From now on onnxruntime prints none of its process-wide log lines (those of no
+    session, e.g. a provider library that failed to load; each session graphfix makes
+    is quiet by its options): at once when onnxruntime is imported, else when graphfix
+    first makes a session, so a command that needs no session does not import it (20 ms)."""
+    global _QUIET
+    _QUIET = True
+    if "onnxruntime" in sys.modules:
+        sys.modules["onnxruntime"].set_default_logger_severity(4)
+
+
 def make_session(model: onnx.ModelProto, providers: Sequence[str] = ("cpu",),
                  basic: bool = False, fast: bool = False, once: bool = False,
                  extra_outputs: Sequence[str] = ()):
@@ -155,8 +172,11 @@ def make_session(model: onnx.ModelProto, providers: Sequence[str] = ("cpu",),
     decide whether that is the user's problem or a broken rewrite. The session's `run`
     takes feeds of every dtype `ort_feeds` does.
     """
+    import onnxruntime as ort
     from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
 
+    if _QUIET:
+        ort.set_default_logger_severity(4)
     check_work(model)  # a Loop that would never finish is refused before onnxruntime runs it
     session_class = _session_class(InferenceSession)
     names = provider_names(providers)
