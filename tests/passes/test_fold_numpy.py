@@ -136,6 +136,21 @@ EXACT = [
     ("Range", [np.array(5, I64), np.array(1, I64), np.array(1, I64)], {}),
     ("ScatterND", [_floats((4, 3)), np.array([[2], [0]], I64), _floats((2, 3), seed=1)], {}),
     ("ScatterND", [_ints((2, 3)), np.array([[1, -1]], I64), np.array([99], I64)], {}),
+    ("Sqrt", [np.abs(_floats((64,)))], {}),
+    ("Sqrt", [np.array([0.0, -0.0, np.inf, 2.0, 1e-40], F32)], {}),  # -0, inf, subnormal
+    ("Sqrt", [np.abs(_floats((16,), F64))], {}),
+    ("Floor", [_floats((32,))], {}),
+    ("Ceil", [np.array([-0.5, -0.0, 0.5, 2.0, -np.inf, 1e30], F32)], {}),
+    ("Round", [np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 2.4999998, -0.0], F32)], {}),
+    ("Round", [_floats((32,), F64)], {}),
+    ("Neg", [np.array([0.0, -0.0, 1.5, -np.inf], F32)], {}),
+    ("Abs", [np.array([-0.0, -3.25, np.inf], F64)], {}),
+    ("ReduceMax", [np.array([[3.0], [-1.0]], F32)], {}),
+    ("ReduceMax", [_floats((3, 4, 5))], {"axes": [-1, 0], "keepdims": 0}),
+    ("ReduceMin", [_ints((3, 4))], {"axes": [1]}),
+    ("ReduceMin", [np.array([0.0, 2.0, 1.0], F32)], {"keepdims": 0}),
+    ("Tile", [_ints((2, 3)), np.array([2, 1], I64)], {}),
+    ("Tile", [_floats((3,)), np.array([0], I64)], {}),
 ]
 
 
@@ -162,6 +177,17 @@ def test_random_integer_arithmetic_matches():
                 expected = _ort(op, [a, b], attrs, OPSET)
                 (got,) = _numpy(op, [a, b], attrs)
                 assert got.tobytes() == expected.tobytes(), (op, dtype, attrs)
+
+
+def test_opset_18_reductions_take_axes_as_an_input():
+    x = _floats((3, 4, 5))
+    for op, inputs, attrs in [("ReduceMax", [x, np.array([1], I64)], {}),
+                              ("ReduceMin", [x, np.array([0, 2], I64)], {"keepdims": 0}),
+                              ("ReduceMax", [x], {}),
+                              ("ReduceMin", [x, np.array([], I64)], {"noop_with_empty_axes": 1})]:
+        expected = _ort(op, inputs, attrs, 18)
+        (got,) = _numpy(op, inputs, attrs)
+        assert got.shape == expected.shape and got.tobytes() == expected.tobytes(), (op, attrs)
 
 
 def test_older_opset_attribute_forms():
@@ -199,6 +225,16 @@ DECLINED = [
     ("Range", [np.array(0, I64), np.array(10**9, I64), np.array(1, I64)], {}),
     ("Range", [np.array(0.0, F32), np.array(3.0, F32), np.array(0.5, F32)], {}),
     ("Reshape", [_ints((6,)), np.array([4, -1], I64)], {}),  # invalid: onnxruntime's error
+    ("Sqrt", [np.array([4.0, -1.0], F32)], {}),  # NaN out: its sign is the kernel's
+    ("Sqrt", [_ints((3,), 0, 9)], {}),  # not a float op
+    ("Floor", [np.array([np.nan], F32)], {}),
+    ("Floor", [_floats((3,), np.float16)], {}),
+    ("ReduceMax", [np.array([1.0, np.nan], F32)], {}),
+    ("ReduceMin", [np.array([-0.0, 0.0, 1.0], F32)], {}),  # onnxruntime -0.0, numpy 0.0
+    ("ReduceMax", [np.zeros((0, 3), F32)], {"axes": [0]}),  # empty: the kernel's identity
+    ("ReduceMin", [_floats((2, 3))], {"axes": [0, 0]}),
+    ("Tile", [_ints((2, 3)), np.array([2], I64)], {}),  # one repeat for two axes
+    ("Tile", [_ints((4,)), np.array([MAX_ELEMENTS], I64)], {}),  # too large
 ]
 
 

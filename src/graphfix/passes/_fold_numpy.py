@@ -10,9 +10,11 @@ result is often what the next round needs to know a shape (`graph.propagate`).
 CPU kernels give: data movement of any numeric type (copies, reshapes, selections,
 scatters), integer and boolean arithmetic (two's-complement wrap-around, as both do;
 integer Div truncates toward zero as C++ does, never numpy's floor), comparisons, and
-float32/float64 Add/Sub/Mul/Div, which IEEE 754 rounds the same everywhere. Anything
-else (Pow, Exp, reductions of floats, float16, a Cast from float out of range, a
-division by zero, duplicate scatter indices, ...) returns None: onnxruntime evaluates
+float32/float64 Add/Sub/Mul/Div/Sqrt/Floor/Ceil/Round/Neg/Abs, which IEEE 754 defines
+exactly everywhere, and ReduceMax/ReduceMin (an extreme is one of the values). Anything
+else (Pow, Exp, sums of floats, float16, NaN where its sign or payload would matter, a
+Cast from float out of range, a division by zero, duplicate scatter indices, ...)
+returns None: onnxruntime evaluates
 it as before (`_fold_closure`). Every input and output holds at most `MAX_ELEMENTS`
 elements, so weights never come here (tests/passes/test_fold_numpy.py compares every
 op with onnxruntime, bit for bit).
@@ -394,6 +396,61 @@ def _int_unary(ufunc) -> _Rule:
     return rule
 
 
+def _float_exact(ufunc) -> _Rule:
+    """Sqrt, Floor, Ceil, Round (halves to even, as ONNX says) and Neg/Abs of float32 or
+    float64: IEEE 754 defines each result exactly (sqrt correctly rounded), so every
+    kernel gives the same bits. A NaN in or out is declined: its sign and payload are the
+    kernel's."""
+    def rule(node, inputs):
+        x = inputs[0]
+        if x.dtype not in _EXACT_FLOATS or np.isnan(x).any():
+            return None
+        out = ufunc(x).astype(x.dtype)
+        return None if np.isnan(out).any() else out
+
+    return rule
+
+
+def _signed(ufunc) -> _Rule:
+    """Neg and Abs: integers wrap as in C++; floats are exact (`_float_exact`)."""
+    ints, floats = _int_unary(ufunc), _float_exact(ufunc)
+    return lambda node, inputs: (floats if inputs[0].dtype.kind == "f" else ints)(node, inputs)
+
+
+def _reduce_extreme(ufunc) -> _Rule:
+    """ReduceMax/ReduceMin of integers or float32/float64 (an extreme is one of the
+    values, so exact), NaN and -0.0 declined (which zero of two wins is the kernel's:
+    onnxruntime's ReduceMin of [-0.0, 0.0] is -0.0, numpy's 0.0); `axes` an attribute (opset < 18) or input 1,
+    `keepdims` and opset 18's `noop_with_empty_axes` as ONNX says. An empty reduction
+    (its identity is the kernel's) is declined."""
+    def rule(node, inputs):
+        x = inputs[0]
+        if not (x.dtype.char in _INTS or x.dtype in _EXACT_FLOATS) or (
+                x.dtype.kind == "f" and (np.isnan(x).any() or np.signbit(x[x == 0]).any())):
+            return None
+        axes = _axes(node, inputs, 1)
+        if not axes:
+            if node.attrs.get("noop_with_empty_axes", 0):
+                return x.copy()
+            axes = list(range(x.ndim))
+        normal = tuple(sorted({a + x.ndim if a < 0 else a for a in axes}))
+        if len(normal) != len(axes) or any(not 0 <= a < x.ndim for a in normal) or any(
+                x.shape[a] == 0 for a in normal):
+            return None
+        keep = bool(node.attrs.get("keepdims", 1))
+        return np.asarray(ufunc(x, axis=normal, keepdims=keep))
+
+    return rule
+
+
+def _tile(node, inputs):
+    x, repeats = inputs
+    if not _ints(repeats) or repeats.ndim != 1 or repeats.size != x.ndim or np.any(repeats < 0):
+        return None
+    out = [int(d) * int(r) for d, r in zip(x.shape, repeats, strict=True)]
+    return np.tile(x, [int(r) for r in repeats]) if _fits(out) else None
+
+
 def _int_minmax(ufunc) -> _Rule:
     def rule(node, inputs):
         if not inputs or not _ints(*inputs) or len({v.dtype for v in inputs}) != 1:
@@ -416,7 +473,10 @@ _RULES: dict[str, _Rule] = {
     "ScatterND": _scatter_nd, "Cast": _cast,
     "Add": _elementwise(np.add, True), "Sub": _elementwise(np.subtract, True),
     "Mul": _elementwise(np.multiply, True), "Div": _div, "Mod": _mod,
-    "Neg": _int_unary(np.negative), "Abs": _int_unary(np.abs),
+    "Neg": _signed(np.negative), "Abs": _signed(np.abs), "Sqrt": _float_exact(np.sqrt),
+    "Floor": _float_exact(np.floor), "Ceil": _float_exact(np.ceil),
+    "Round": _float_exact(np.rint), "Tile": _tile,
+    "ReduceMax": _reduce_extreme(np.max), "ReduceMin": _reduce_extreme(np.min),
     "Min": _int_minmax(np.minimum), "Max": _int_minmax(np.maximum),
     "Equal": _compare(np.equal), "Less": _compare(np.less), "Greater": _compare(np.greater),
     "LessOrEqual": _compare(np.less_equal), "GreaterOrEqual": _compare(np.greater_equal),
