@@ -18,7 +18,7 @@ def _count_sessions(monkeypatch) -> list[list[str]]:
 
 def test_the_whole_constant_part_is_one_session_and_only_its_frontier_is_asked(monkeypatch):
     chains = "\n".join(
-        f"n{i} = Neg(k)\n a{i} = Add(n{i}, k)\n m{i} = Mul(a{i}, a{i})\n y{i} = Add(x, m{i})"
+        f"n{i} = Sin(k)\n a{i} = Add(n{i}, k)\n m{i} = Mul(a{i}, a{i})\n y{i} = Add(x, m{i})"
         for i in range(20))
     outputs = ", ".join(f"float[3] y{i}" for i in range(20))
     model = parse(HEADER + f"""
@@ -101,7 +101,7 @@ def test_a_plugin_with_constant_inputs_is_left_without_failing_the_session(monke
     text = HEADER + """
     g (float[3] x) => (float[3] y, float[3] z) <float[3] k = {1.0, 2.0, 3.0}> {
         p = ScatterElementsPlugin(k, k)
-        n = Neg(k)
+        n = Sin(k)
         y = Add(x, n)
         z = Add(x, p)
     }"""
@@ -124,12 +124,12 @@ def test_a_plugin_with_constant_inputs_is_left_without_failing_the_session(monke
 def test_a_value_over_the_threshold_stays_a_node_and_what_it_reads_folds(monkeypatch):
     """The Expand's output shape is not known before it runs (its target is computed),
     so the size check happens on the value; the Expand then stays, and its target,
-    computed from constants too, folds in a second session (Tile: not one numpy
+    computed from constants too, folds in a second session (an edge Pad: not one numpy
     computes, `_fold_numpy`)."""
     model = parse(HEADER + """
     g (float[64,64] x) => (float[64,64] y) <float[1] one = {1.0}, int64[1] s = {64},
-                                            int64[1] r = {2}> {
-        two = Tile(s, r)
+                                            int64[2] r = {0, 1}> {
+        two = Pad <mode = "edge"> (s, r)
         big = Expand(one, two)
         y = Add(x, big)
     }""")
