@@ -420,9 +420,9 @@ def _signed(ufunc) -> _Rule:
 def _reduce_extreme(ufunc) -> _Rule:
     """ReduceMax/ReduceMin of integers or float32/float64 (an extreme is one of the
     values, so exact), NaN and -0.0 declined (which zero of two wins is the kernel's:
-    onnxruntime's ReduceMin of [-0.0, 0.0] is -0.0, numpy's 0.0); `axes` an attribute (opset < 18) or input 1,
-    `keepdims` and opset 18's `noop_with_empty_axes` as ONNX says. An empty reduction
-    (its identity is the kernel's) is declined."""
+    onnxruntime's ReduceMin of [-0.0, 0.0] is -0.0, numpy's 0.0); `axes` an attribute
+    (opset < 18) or input 1, `keepdims` and opset 18's `noop_with_empty_axes` as ONNX
+    says. An empty reduction (its identity is the kernel's) is declined."""
     def rule(node, inputs):
         x = inputs[0]
         if not (x.dtype.char in _INTS or x.dtype in _EXACT_FLOATS) or (
