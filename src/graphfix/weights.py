@@ -33,10 +33,9 @@ A deferred tensor's file must stay in place while the model is in use.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import numpy as np
 import onnx
@@ -259,14 +258,17 @@ def session_bytes(model: onnx.ModelProto, options) -> tuple[bytes | None, list]:
     live as long as the session does."""
     import onnxruntime as ort
 
-    main = [t for t in model.graph.initializer if is_deferred(t)]
-    if len(main) != len(deferred(model)):
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
+    # A copy (the skeleton: about 1 ms): `model`'s tensors are shared with whatever reads
+    # the weights meanwhile (the passes, while the check runs the original in a thread);
+    # taking their `basepath` entries away there, even for a moment, raced those reads
+    # (a segfault in the test suite).
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    main = [t for t in copy.graph.initializer if is_deferred(t)]
+    if len(main) != len(deferred(copy)):
         for tensor in deferred(copy):
             if not any(tensor is t for t in copy.graph.initializer):
                 _read_into(tensor)
-        model, main = copy, [t for t in copy.graph.initializer if is_deferred(t)]
     refs = [reference(t) for t in main]
     bases = [ref[BASE_KEY] for ref in refs]
     by_dir: dict[str, int] = {}
@@ -280,11 +282,12 @@ def session_bytes(model: onnx.ModelProto, options) -> tuple[bytes | None, list]:
         values = [ort.OrtValue.ortvalue_from_numpy(mapped(t)) for t in others]
         if others:
             options.add_external_initializers([t.name for t in others], values)
-    with _without_dirs(main):
-        try:
-            return model.SerializeToString(), values
-        except (EncodeError, ValueError):  # over the 2 GB protobuf limit
-            return None, values
+    for tensor in main:
+        forget_dir(tensor)
+    try:
+        return copy.SerializeToString(), values
+    except (EncodeError, ValueError):  # over the 2 GB protobuf limit
+        return None, values
 
 
 def mapped(tensor: TensorProto) -> np.ndarray:
@@ -301,21 +304,6 @@ def mapped(tensor: TensorProto) -> np.ndarray:
                          shape=tuple(tensor.dims))
     except (OSError, ValueError):  # a file shorter than the reference: read says why
         return to_array(tensor)
-
-
-@contextlib.contextmanager
-def _without_dirs(tensors: list[TensorProto]) -> Iterator[None]:
-    """The tensors without their `basepath` entries for the block (then put back)."""
-    saved = []
-    for tensor in tensors:
-        saved.append(reference(tensor)[BASE_KEY])
-        forget_dir(tensor)
-    try:
-        yield
-    finally:
-        for tensor, base in zip(tensors, saved, strict=True):
-            entry = tensor.external_data.add()
-            entry.key, entry.value = BASE_KEY, base
 
 
 def _read_into(tensor: TensorProto) -> None:
