@@ -176,3 +176,41 @@ def test_selections_of_shapes_and_constants_are_not_watched():
     }""")
     onnx.checker.check_model(model, full_check=True)
     assert [s.label for s in selections(model)] == ["Greater 'g'"]
+
+
+def test_a_pinned_run_computes_only_what_follows_the_selections(monkeypatch):
+    """What precedes the TopK is fed from the first run (the same inputs, the same
+    kernels): the pinned runs hold none of the Muls before it, s (read after the TopK)
+    is fed, and the verdict is the one a whole run gives."""
+    from graphfix.runtime import pinning
+
+    models = []
+    real = outputs.run_checkable
+    monkeypatch.setattr(outputs, "run_checkable",
+                        lambda m, *a, **k: models.append(m) or real(m, *a, **k))
+    check = _check(_model(False, k=2, extra=("w",)))
+    del models[:]  # the original's run
+    outcome = check.verify(_model(True, k=2, extra=("w",)))
+    assert outcome.ok and outcome.pinned == ["TopK 'topk'", "ArgMax 'w'"]
+    assert set(check.unjudged) == {"w"}
+    first, *again = models
+    assert len(again) == 2 and "Mul" in {n.op_type for n in first.graph.node}
+    for model in again:
+        assert {n.op_type for n in model.graph.node} <= {"Gather", "Add", "ArgMax"}
+        assert {"s", "v", "i"} <= {i.name for i in model.graph.input}
+    # cut out of the model, the same verdict as the whole pinned model gives
+    monkeypatch.setattr(pinning, "can_cut", lambda *a: False)
+    whole = _check(_model(False, k=2, extra=("w",))).verify(_model(True, k=2, extra=("w",)))
+    assert [(d.name, d.ok) for d in whole.diffs] == [(d.name, d.ok) for d in outcome.diffs]
+    assert whole.pinned == outcome.pinned
+
+
+def test_after_the_selections_and_their_boundary():
+    from graphfix.runtime.pinning import after, selections
+
+    model = _model(False, extra=("w", "u"))
+    follows = after(model, selections(model))
+    ops = [model.graph.node[i].output[0] for i in sorted(follows.nodes)]
+    assert ops == ["y", "xv", "z", "si", "w"]  # u reads s only: before every selection
+    # the TopK's own outputs too: fed from the first run where the TopK is not pinned
+    assert follows.boundary == ("i", "s", "v")

@@ -27,6 +27,27 @@ def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
             yield from attr.graphs
 
 
+def outer_reads(graph: onnx.GraphProto) -> set[str]:
+    """Names a (sub)graph reads that it does not define itself (its outer-scope reads)."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    used: set[str] = set()
+    for node in graph.node:
+        used.update(n for n in node.input if n)
+        for sub in subgraphs(node):
+            used.update(outer_reads(sub))
+        defined.update(n for n in node.output if n)
+    used.update(o.name for o in graph.output)
+    return used - defined
+
+
+def node_reads(node: onnx.NodeProto) -> list[str]:
+    """The node's inputs, then what its subgraphs read from enclosing graphs."""
+    reads = [n for n in node.input if n]
+    for sub in subgraphs(node):
+        reads.extend(sorted(outer_reads(sub) - set(reads)))
+    return reads
+
+
 def graph_protos(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     """The graph, then every subgraph in its node attributes, recursively."""
     yield graph

@@ -1,7 +1,7 @@
 """Dataflow over one ONNX graph proto: producers, readers, constants, data dependence.
 
 A node that holds subgraphs (If/Loop/Scan) reads, besides its inputs, every tensor of
-an enclosing graph that its bodies use (`outer_reads`), so a graph's dataflow sees
+an enclosing graph that its bodies use (`graph.protos.outer_reads`), so a graph's dataflow sees
 the whole dependence. "Data-dependent" nodes are those whose output shape or control
 flow depends on tensor values: NonZero, NonMaxSuppression, Unique, Compress, If, Loop,
 Scan, and TopK with a non-constant K. A node is *dirty* when it is data-dependent or
@@ -17,33 +17,12 @@ import onnx
 from onnx import numpy_helper
 
 from graphfix import weights
-from graphfix.graph.protos import subgraphs
+from graphfix.graph.protos import node_reads, subgraphs
 
 DATA_DEPENDENT = ("NonZero", "NonMaxSuppression", "Unique", "Compress", "If", "Loop", "Scan")
 CONTROL_FLOW = ("If", "Loop", "Scan")
 _NONDETERMINISTIC = ("RandomNormal", "RandomUniform", "RandomNormalLike",
                      "RandomUniformLike", "Multinomial", "Bernoulli")
-
-
-def outer_reads(graph: onnx.GraphProto) -> set[str]:
-    """Names a (sub)graph reads that it does not define itself (its outer-scope reads)."""
-    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    used: set[str] = set()
-    for node in graph.node:
-        used.update(n for n in node.input if n)
-        for sub in subgraphs(node):
-            used.update(outer_reads(sub))
-        defined.update(n for n in node.output if n)
-    used.update(o.name for o in graph.output)
-    return used - defined
-
-
-def node_reads(node: onnx.NodeProto) -> list[str]:
-    """The node's inputs, then what its subgraphs read from enclosing graphs."""
-    reads = [n for n in node.input if n]
-    for sub in subgraphs(node):
-        reads.extend(sorted(outer_reads(sub) - set(reads)))
-    return reads
 
 
 class Flow:

@@ -120,7 +120,7 @@ def _model(like: onnx.ModelProto, suffix: str, keep: list[int] | set[int],
 
 
 def _reads(node: onnx.NodeProto) -> list[str]:
-    from graphfix.nms._flow import node_reads
+    from graphfix.graph.protos import node_reads
 
     return node_reads(node)
 

@@ -293,7 +293,11 @@ class OutputCheck:
         they differ after a selection that chose among near-ties, again with the
         original's choice there (`runtime.pinning`)."""
         assert self.reference is not None, "verify() on a disabled check"
-        witnesses = pinning.witnesses(model, self._selections) if self._witness else []
+        witnesses, follows = [], None
+        if self._witness:  # and what a pinned run would be fed (`_pinned`)
+            witnesses = pinning.witnesses(model, self._selections)
+            follows = pinning.after(model, self._selections)
+            witnesses += [n for n in follows.boundary if n not in witnesses]
         try:
             outputs = run_checkable(model, feeds_as_declared(model, self.feeds), self.providers,
                                     extra_outputs=witnesses)
@@ -308,18 +312,24 @@ class OutputCheck:
             self.measure_floor(self.floor_of)
             outcome = self._judge(outputs)
         if not outcome.ok and not outcome.error and seen:
-            outcome = self._pinned(model, seen, outcome, outputs)
+            outcome = self._pinned(model, seen, outcome, outputs, follows)
         return outcome
 
     def _pinned(self, model: onnx.ModelProto, seen: dict[str, np.ndarray],
-                outcome: CheckOutcome, outputs: dict[str, np.ndarray]) -> CheckOutcome:
+                outcome: CheckOutcome, outputs: dict[str, np.ndarray],
+                follows: pinning.After | None = None) -> CheckOutcome:
         """`outcome` again with every selection that chose among near-ties given the
         original's choice, as long as more are found (module `runtime.pinning`). When
         outputs after them still differ, choices no output witnesses flipped too (a
         NonZero of a bool, NMS inside a Loop): those outputs are not judged on this
         sample, as `graphfix check` does; every other output is judged, those after
-        the pinned choices from the last pinned run."""
+        the pinned choices from the last pinned run. A pinned run computes only what
+        follows the selections (`pinning.after`), fed what precedes them from the first
+        run, which computed it from the same inputs with the same kernels."""
         known = {**self.reference, **self._witness}  # the original's values
+        first = seen
+        if follows is not None and not pinning.can_cut(follows, first):
+            follows = None
         chosen: list[pinning.Selection] = []
         flips: dict[str, str] = {}  # an output that carries a choice -> why
         cut, last = model, outcome
@@ -333,14 +343,20 @@ class OutputCheck:
                        "to within rounding")
                 flips.update(dict.fromkeys(pinning.differing(s, known, seen), why))
             chosen += more
-            cut = pinning.pinned(model, chosen, known)
-            feeds = feeds_as_declared(model, self.feeds)
+            cut = pinning.pinned(model, chosen, known, follows, first)
+            inputs = {i.name for i in cut.graph.input}
+            feeds = {k: v for k, v in feeds_as_declared(model, self.feeds).items()
+                     if k in inputs}
+            if follows is not None:
+                feeds.update({n: first[n] for n in follows.boundary})
             feeds.update({n: known[n] for s in chosen for n in s.outputs})
             rest = pinning.witnesses(cut, self._selections)
             try:
                 got = run_checkable(cut, feeds, self.providers, extra_outputs=rest)
             except Exception:  # noqa: BLE001 - the cut model does not run: judged unpinned
                 break
+            if follows is not None:  # what precedes the selections: the first run's
+                got = {**first, **got}
             seen, got = got, _graph_outputs(model, got)
             # a graph output that is itself a choice that flipped is not judged
             self._ties = {name: why for name, why in flips.items() if name in self.reference}

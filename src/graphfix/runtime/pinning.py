@@ -124,25 +124,78 @@ def differing(s: Selection, reference: Mapping[str, np.ndarray],
     return [name for name in s.outputs if not _agree(name, reference, candidate)]
 
 
+@dataclass(frozen=True)
+class After:
+    """What follows a model's selections (`after`): the indices of its main-graph nodes
+    that read an output of one (directly, through other nodes, or in a body), and the
+    tensors those nodes read that the other nodes compute (the boundary)."""
+
+    nodes: frozenset[int]
+    boundary: tuple[str, ...]
+
+
+def after(model: onnx.ModelProto, found: Sequence[Selection]) -> After:
+    """What follows `found` in `model` (`After`). A run that also returns the boundary
+    lets a pinned run of the same model compute only what follows: everything before
+    every selection would compute the same values again (Faster R-CNN: 395 of 2,006
+    nodes, 55 % of a run's kernel time, fed 9 MB)."""
+    from graphfix.graph.protos import node_reads
+
+    sources = {name for s in found for name in s.outputs}
+    producer: dict[str, int] = {}
+    reads: list[list[str]] = []
+    nodes: set[int] = set()
+    for i, node in enumerate(model.graph.node):
+        reads.append(node_reads(node))
+        if sources.intersection(reads[-1]):
+            nodes.add(i)
+            sources.update(name for name in node.output if name)
+        producer.update((name, i) for name in node.output if name)
+    boundary = {name for i in nodes for name in reads[i]
+                if name in producer and producer[name] not in nodes}
+    return After(frozenset(nodes), tuple(sorted(boundary)))
+
+
 def pinned(model: onnx.ModelProto, chosen: Sequence[Selection],
-           reference: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+           reference: Mapping[str, np.ndarray], follows: After | None = None,
+           upstream: Mapping[str, np.ndarray] | None = None) -> onnx.ModelProto:
     """`model` without the nodes computing `chosen` selections, whose outputs are graph
-    inputs instead (to be fed the original's `reference` values). A copy: `model` is
-    unchanged (deferred weights stay references)."""
+    inputs instead (to be fed the original's `reference` values). With `follows`
+    (`after(model, ...)`) and `upstream` (a run of `model` that returned its boundary),
+    only the nodes that follow the selections stay, the boundary is fed as inputs too,
+    and graph outputs none of them computes are left out (the caller takes them from
+    `upstream`). A copy: `model` is unchanged (deferred weights stay references)."""
     names = {n for s in chosen for n in s.outputs}
+    fed = {n: reference[n] for s in chosen for n in s.outputs}
+    keep = None
+    if follows is not None and upstream is not None:
+        keep = follows.nodes
+        fed = {**{n: upstream[n] for n in follows.boundary if n not in names}, **fed}
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
-    kept = [node for node in graph.node if not names.intersection(node.output)]
+    kept = [node for i, node in enumerate(graph.node)
+            if not names.intersection(node.output) and (keep is None or i in keep)]
     del graph.node[:]
     graph.node.extend(kept)
-    infos = [v for v in graph.value_info if v.name not in names]
+    infos = [v for v in graph.value_info if v.name not in fed]
     del graph.value_info[:]
     graph.value_info.extend(infos)
     graph.input.extend(
-        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(reference[n].dtype),
-                                      reference[n].shape) for s in chosen for n in s.outputs)
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+        for n, v in fed.items())
+    if keep is not None:
+        known = {n for node in kept for n in node.output} | {i.name for i in graph.input}
+        outputs = [o for o in graph.output if o.name in known]
+        del graph.output[:]
+        graph.output.extend(outputs)
     return out
+
+
+def can_cut(follows: After, run: Mapping[str, object]) -> bool:
+    """Whether `run` returned every boundary tensor of `follows` as an array (a sequence
+    or an optional cannot be fed as a graph input of a plain type)."""
+    return all(isinstance(run.get(n), np.ndarray) for n in follows.boundary)
 
 
 def _agree(name: str, reference: Mapping[str, np.ndarray],
