@@ -46,6 +46,29 @@ def test_onnxruntime_runs_a_model_with_deferred_weights(saved, tmp_path):
     assert lazy.SerializeToString() == before  # the references are put back as they were
 
 
+def test_making_a_session_never_touches_the_models_own_tensors(saved, monkeypatch):
+    """The check runs the original in a thread while passes read the same tensors:
+    the `basepath` entries onnxruntime refuses are taken off a copy, never off them
+    (taken off and put back, a read in between raced it)."""
+    from graphfix.runtime.session import session_options
+
+    path, _ = saved
+    lazy = io.load(path, weights=False)
+    originals = [t for t in lazy.graph.initializer if weights.is_deferred(t)]
+    calls = []
+
+    def forget(tensor):
+        real(tensor)
+        calls.append(all(weights.BASE_KEY in weights.reference(t) for t in originals))
+
+    real = weights.forget_dir
+    monkeypatch.setattr(weights, "forget_dir", forget)
+    data, _ = weights.session_bytes(lazy, session_options(once=True))
+    assert calls and all(calls)
+    assert all(weights.BASE_KEY in weights.reference(t) for t in originals)
+    assert data is not None and b"basepath" not in data
+
+
 def test_passes_read_deferred_weights_and_the_result_holds_them(saved):
     path, _ = saved
     result = api.run(str(path), passes="fold-bn")
