@@ -213,6 +213,30 @@ def test_dynamic_input_is_sized_at_the_runs_input_shapes():
     _assert_same(model, out, x=(1, 8, 16, 16))
 
 
+def test_a_later_pass_sizes_from_the_shapes_an_earlier_one_inferred(monkeypatch):
+    """Inference at the run's input shapes happens once: what it found is in the run's
+    context (`PassContext.static_shapes`), and the next pass (or round) that must size
+    the same Conv reads it there."""
+    from graphfix.passes import _conv_copy
+
+    model = _chain(EXPAND_1X1, chain="mul", x_dims=[1, 8, "H", "W"])
+    ctx = PassContext(input_shapes={"x": (1, 8, 16, 16)})
+    inferred = []
+    real = _conv_copy._infer
+    monkeypatch.setattr(_conv_copy, "_infer", lambda *a: inferred.append(1) or real(*a))
+    # a pass that sizes the Conv and folds nothing (no BatchNormalization to fold)...
+    graph = to_graph(model)
+    books = _conv_copy.ConvCopies(graph, ctx.input_shapes, set(), ctx.static_shapes)
+    conv = next(n for n in graph.nodes if n.op == "Conv")
+    assert _conv_copy.copy_cost(conv, books.shapes).macs == 16 * 16 * 64 * 8
+    assert inferred == [1] and ctx.static_shapes[conv.outputs[0].name] == (1, 64, 16, 16)
+    # ...then fuse-conv-mul in the same run: the copy is decided without inferring again
+    out, (mul,) = _fold(model, FuseConvMul(), ctx=ctx)
+    assert dict(mul.counts) == {"fused Mul into Conv weights, on a copy of the Conv": 1}
+    assert inferred == [1]
+    _assert_same(model, out, x=(1, 8, 16, 16))
+
+
 # ----------------------------------------------------------------------------- refusals
 
 

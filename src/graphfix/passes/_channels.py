@@ -257,7 +257,7 @@ def fold_elementwise(
     folds into a copy of the producer when `_conv_copy` finds that cheaper."""
     result = PassResult(changed=False)
     names = names_in_use(graph)
-    copies = ConvCopies(graph, ctx.input_shapes, names)
+    copies = ConvCopies(graph, ctx.input_shapes, names, ctx.static_shapes)
     found = 0
     for g in all_graphs(graph):
         node_ids = {id(n) for n in g.nodes}

@@ -95,8 +95,8 @@ class ConvCopies:
     """One pass run's decisions and copies: `decide`, then `target` after the budget."""
 
     def __init__(self, graph: gs.Graph, input_shapes: dict[str, tuple[int, ...]],
-                 names: set[str]) -> None:
-        self.shapes = ShapeBook(graph, input_shapes)
+                 names: set[str], known: dict[str, tuple[int, ...]] | None = None) -> None:
+        self.shapes = ShapeBook(graph, input_shapes, known)
         self.names = names
 
     def decide(self, g: gs.Graph, producer: gs.Node, reader: gs.Node) -> Into | str:
@@ -257,19 +257,26 @@ def _amount(value: float, unit: str) -> str:
 
 
 class ShapeBook:
-    """Static tensor shapes: the tensor's own, else ONNX shape inference of the graph at
-    `input_shapes` (run once, on first need; a failed inference knows nothing)."""
+    """Static tensor shapes: the tensor's own, else what an earlier inference of the run
+    found for its name (`known`, `PassContext.static_shapes`, which this book adds to),
+    else ONNX shape inference of the graph at `input_shapes` (run once, on first need;
+    a failed inference knows nothing)."""
 
-    def __init__(self, graph: gs.Graph, input_shapes: dict[str, tuple[int, ...]]) -> None:
+    def __init__(self, graph: gs.Graph, input_shapes: dict[str, tuple[int, ...]],
+                 known: dict[str, tuple[int, ...]] | None = None) -> None:
         self.graph, self.input_shapes = graph, input_shapes
+        self.known = {} if known is None else known
         self._inferred: dict[str, tuple[int, ...]] | None = None
 
     def shape(self, tensor: gs.Tensor) -> tuple[int, ...] | None:
         own = _static(tensor.shape)
         if own is not None:
             return own
+        if tensor.name in self.known:
+            return self.known[tensor.name]
         if self._inferred is None:
             self._inferred = _infer(self.graph, self.input_shapes)
+            self.known.update(self._inferred)
         return self._inferred.get(tensor.name)
 
 

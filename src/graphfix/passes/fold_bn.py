@@ -113,7 +113,7 @@ class FoldBatchNorm(Pass):
         result = PassResult(changed=False)
         opset = opset_of(graph)
         names = names_in_use(graph)
-        copies = ConvCopies(graph, ctx.input_shapes, names)
+        copies = ConvCopies(graph, ctx.input_shapes, names, ctx.static_shapes)
         found = 0
         for g in all_graphs(graph):
             node_ids = {id(n) for n in g.nodes}
