@@ -60,6 +60,28 @@ def test_zero_reference_and_nan_placement():
     assert measure(nan, nan.copy(), "strict", 20.0).ok  # NaN in the same places
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int64])
+def test_measuring_leaves_both_arrays_as_they_were(dtype):
+    """measure works in place on its own float64 copies, never on the caller's arrays
+    (a float64 input included, whose cast could have been a view)."""
+    rng = np.random.default_rng(2)
+    ref = (rng.standard_normal((4, 5)) * 9).astype(dtype)
+    cand = ref + np.ones_like(ref)
+    ref_before, cand_before = ref.copy(), cand.copy()
+    m = measure(ref, cand, "strict", 20.0)
+    assert not m.ok and m.max_abs == 1.0
+    np.testing.assert_array_equal(ref, ref_before)
+    np.testing.assert_array_equal(cand, cand_before)
+
+
+def test_huge_finite_values_that_overflow_a_sum_still_compare():
+    """float64 values near the maximum overflow a sum to inf: the NaN/infinity test then
+    looks at every value, and finds none."""
+    ref = np.full(4, 1e308)
+    m = measure(ref, ref.copy(), "strict", 20.0)
+    assert m.ok and m.max_abs == 0.0 and not m.problem
+
+
 def test_integer_and_mixed_dtypes():
     ref = np.array([1, 2, 3], np.int64)
     assert measure(ref, ref.astype(np.int32), "strict", 20.0).ok

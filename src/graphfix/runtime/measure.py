@@ -77,27 +77,39 @@ def measure(ref, cand, mode: str = STRICT, threshold: float = 0.0,
         differ = int(np.count_nonzero(ref != cand))
         return (Measure(True, 0.0, 0.0, math.inf, 0.0, 0.0, 0.0, tol) if not differ else
                 _broken(tol, f"{differ} of {ref.size} strings differ"))
+    # float64 copies, then worked on in place: `graphfix check` measures every tensor
+    # of two runs (ViT-B/16: 1.7 of its 3.3 s were these lines with a new array each)
     r64 = ref.astype(dtype, copy=False).astype(np.float64).ravel()
     c64 = cand.astype(dtype, copy=False).astype(np.float64).ravel()
-    finite = np.isfinite(r64)
-    if not finite.all():  # NaNs and infinities must sit in the same places
-        if not np.array_equal(r64[~finite], c64[~finite], equal_nan=True):
-            return _broken(tol, "NaN or infinity in different places")
-        r64, c64 = r64[finite], c64[finite]
-    if not np.isfinite(c64).all():
+    with np.errstate(over="ignore", invalid="ignore"):
+        sums = float(r64.sum()), float(c64.sum())
+    if not math.isfinite(sums[0]):  # a sum is finite only when every value is, or
+        finite = np.isfinite(r64)   # when huge ones overflow it: then the mask decides
+        if not finite.all():  # NaNs and infinities must sit in the same places
+            if not np.array_equal(r64[~finite], c64[~finite], equal_nan=True):
+                return _broken(tol, "NaN or infinity in different places")
+            r64, c64 = r64[finite], c64[finite]
+    if not math.isfinite(sums[1]) and not np.isfinite(c64).all():
         return _broken(tol, "NaN or infinity where the reference is finite")
-    d = np.abs(c64 - r64)
-    mag = np.abs(r64)
+    d = np.subtract(c64, r64, out=c64)
+    np.abs(d, out=d)
+    mag = np.abs(r64, out=r64)
     max_abs = float(d.max()) if d.size else 0.0
     scale = float(mag.max()) if mag.size else 0.0
     allowed = tol.allowed(scale, floor) if dtype.kind == "f" else 0.0
-    if dtype.kind == "f":
-        within = bool(np.all(d <= allowed + tol.rtol * mag))
-    else:
+    if dtype.kind != "f":
         within = max_abs == 0
+    elif tol.rtol == 0:  # d <= allowed everywhere: its largest is
+        within = max_abs <= allowed
+    else:
+        within = bool(np.all(d <= allowed + tol.rtol * mag))
     guard = allowed if allowed > 0 else 1.0
-    max_rel = float((d / np.maximum(mag, guard)).max()) if d.size else 0.0
-    signal, noise = float(np.dot(mag, mag)), float(np.dot(d, d))
+    with np.errstate(over="ignore"):  # squares past float64's range: inf, as they are
+        signal, noise = float(np.dot(mag, mag)), float(np.dot(d, d))
+    if d.size:  # the relative errors, in the buffers no longer needed
+        max_rel = float(np.divide(d, np.maximum(mag, guard, out=mag), out=d).max())
+    else:
+        max_rel = 0.0
     sqnr = ratio_db(signal, noise)
     if mode == SQNR:
         error = _safe_div(noise, signal)
