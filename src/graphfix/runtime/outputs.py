@@ -344,9 +344,7 @@ class OutputCheck:
                 flips.update(dict.fromkeys(pinning.differing(s, known, seen), why))
             chosen += more
             cut = pinning.pinned(model, chosen, known, follows, first)
-            inputs = {i.name for i in cut.graph.input}
-            feeds = {k: v for k, v in feeds_as_declared(model, self.feeds).items()
-                     if k in inputs}
+            feeds = feeds_as_declared(model, self.feeds)
             if follows is not None:
                 feeds.update({n: first[n] for n in follows.boundary})
             feeds.update({n: known[n] for s in chosen for n in s.outputs})

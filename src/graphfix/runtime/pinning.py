@@ -31,6 +31,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from graphfix.graph.dtypes import np_dtype
+from graphfix.graph.protos import node_reads
 from graphfix.runtime.compare import compare_outputs
 
 MAX_PINS = 3
@@ -139,8 +140,6 @@ def after(model: onnx.ModelProto, found: Sequence[Selection]) -> After:
     lets a pinned run of the same model compute only what follows: everything before
     every selection would compute the same values again (Faster R-CNN: 395 of 2,006
     nodes, 55 % of a run's kernel time, fed 9 MB)."""
-    from graphfix.graph.protos import node_reads
-
     sources = {name for s in found for name in s.outputs}
     producer: dict[str, int] = {}
     reads: list[list[str]] = []
