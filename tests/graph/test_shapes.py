@@ -6,7 +6,7 @@ from __future__ import annotations
 from gfhelpers import parse
 
 from graphfix.graph import to_graph
-from graphfix.graph.shapes import infer_shapes, symbolic_shapes
+from graphfix.graph.shapes import infer_shapes, reshape_dims, symbolic_shapes
 
 # RAFT-like: a Reshape target computed with arithmetic on a dim (width / 2)
 MODEL = '<ir_version: 8, opset_import: ["" : 17]>' + """
@@ -148,3 +148,16 @@ def test_fold_constants_asks_the_symbolic_run_where_a_dim_may_be_static(monkeypa
     graph.cleanup()
     assert graph.nodes == []  # z = [16] whatever N, so nothing is left to compute
     assert graph.outputs[0].values.tolist() == [16]
+
+
+def test_reshape_dims_follow_onnx_reshape():
+    assert reshape_dims([2, 3, 4], [0, -1], False) == [2, 12]
+    assert reshape_dims([2, 3, 4], [0, -1], True) == [0, None]  # 0 is a size; -1 unknown
+    assert reshape_dims(["batch", 3, 4], [0, 12], False) == ["batch", 12]
+    assert reshape_dims(["batch", 3, 4], [0, -1], False) == ["batch", None]  # not static
+    assert reshape_dims([2, 3, 4], ["n", -1], False) == ["n", None]
+    assert reshape_dims([2, 3, 4], [5, -1], False) == [5, None]  # 24 does not divide
+    assert reshape_dims([2, 3], [0, 0, 6], False) == [2, 3, 6]
+    assert reshape_dims([2, 3], [1, 0, 0], False) == [1, 3, None]  # past the input's rank
+    assert reshape_dims([6], [-1, -1], False) == [None, None]
+    assert reshape_dims([6], [-2, 3], False) == [None, 3]

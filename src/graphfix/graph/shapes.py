@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -236,6 +237,26 @@ def proto_dim(d: onnx.TensorShapeProto.Dimension) -> Dim:
     if d.HasField("dim_value"):
         return d.dim_value
     return d.dim_param or None
+
+
+def reshape_dims(shape: list[Dim], target: list[Dim], allowzero: bool) -> list[Dim]:
+    """Reshape's output dims, as far as its input's `shape` and its `target` entries
+    (ints, names, None) say: a 0 entry copies the input's dim (unless `allowzero`; None
+    past its rank), a single -1 is what the input's elements leave when the input is
+    static and every other entry a known number, any other negative entry is None."""
+    dims: list[Dim] = []
+    for i, t in enumerate(target):
+        if isinstance(t, int) and t == 0 and not allowzero:
+            dims.append(shape[i] if i < len(shape) else None)
+        else:
+            dims.append(None if isinstance(t, int) and t < 0 else t)
+    others = [d for t, d in zip(target, dims, strict=True) if t != -1]
+    if target.count(-1) == 1 and static_count(shape) == len(shape) and (
+            static_count(others) == len(others)):
+        total, rest = math.prod(shape), math.prod(others)
+        if rest and total % rest == 0:
+            dims[target.index(-1)] = total // rest
+    return dims
 
 
 def static_count(shape: list[Dim] | None) -> int:

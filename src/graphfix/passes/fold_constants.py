@@ -15,7 +15,6 @@ so `Expand`/`Tile` of a constant is not materialised into a huge initializer
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 
 import onnx_graphsurgeon as gs
@@ -23,7 +22,7 @@ import onnx_graphsurgeon as gs
 from graphfix.graph import all_graphs, count_nodes, is_graph_output, is_onnx
 from graphfix.graph.propagate import propagate_shapes
 from graphfix.graph.prune import prune
-from graphfix.graph.shapes import infer_shapes, static_count, unnamed_dims_may_be_static
+from graphfix.graph.shapes import infer_shapes, reshape_dims, unnamed_dims_may_be_static
 from graphfix.graph.walk import opset_of, tensor_map, toposort
 from graphfix.passes._fold_closure import fold_closure, fold_node_exactly, lower_constant_nodes
 from graphfix.passes._fold_eval import (
@@ -162,28 +161,17 @@ def _reshaped(node: gs.Node, opset: int) -> list | None:
     value = evaluate_shape_value(target, opset)
     if isinstance(value, str) or value.scalar:
         return None
-    keep_zero = bool(node.attrs.get("allowzero", 0))
-    dims: list = []
-    for i, entry in enumerate(value.entries):
+    entries: list = []
+    for entry in value.entries:
         if isinstance(entry, int):
-            if entry == 0 and not keep_zero:
-                dims.append(data.shape[i] if i < len(data.shape) else None)
-            else:
-                dims.append(entry if entry >= 0 else None)  # -1: below
+            entries.append(entry)
         elif isinstance(entry, ShapeDim) and entry.tensor.shape is not None and (
                 entry.axis < len(entry.tensor.shape)):
             dim = entry.tensor.shape[entry.axis]
-            dims.append(dim if isinstance(dim, (int, str)) and dim != -1 else None)
+            entries.append(dim if isinstance(dim, (int, str)) and dim != -1 else None)
         else:
-            dims.append(None)
-    if value.entries.count(-1) == 1:
-        known = [d for d in dims if d is not None]
-        if len(known) == len(dims) - 1 and all(isinstance(d, int) for d in known) and (
-                static_count(data.shape) == len(data.shape)):
-            total, rest = math.prod(data.shape), math.prod(known)
-            if rest and total % rest == 0:
-                dims[value.entries.index(-1)] = total // rest
-    return dims
+            entries.append(None)
+    return reshape_dims(list(data.shape), entries, bool(node.attrs.get("allowzero", 0)))
 
 
 def _variables(graph: gs.Graph) -> set[int]:

@@ -45,6 +45,8 @@ unknown entry stays, with a note.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx_graphsurgeon as gs
 
@@ -58,7 +60,7 @@ from graphfix.graph import (
     opset_of,
 )
 from graphfix.graph.dimorigin import DimOrigins
-from graphfix.graph.shapes import infer_shapes
+from graphfix.graph.shapes import infer_shapes, reshape_dims, static_count
 from graphfix.passes._shape_values import Dim, Entry, Opaque, Value, evaluate
 from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
 
@@ -227,18 +229,14 @@ def _shape_of(tensor: gs.Tensor, graph: gs.Graph, owner: dict[int, gs.Graph],
 
 
 def _reshaped(shape, target: list[int], allowzero: bool) -> list[int] | None:
-    """The output shape of Reshape(x of `shape`, `target`), None unless `shape` is static."""
-    if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape):
+    """The output shape of Reshape(x of `shape`, `target`) (`reshape_dims`), None unless
+    `shape` is static and the target gives a whole shape of its elements."""
+    if shape is None or static_count(shape) != len(shape):
         return None
-    out = [shape[i] if t == 0 and not allowzero and i < len(shape) else t
-           for i, t in enumerate(target)]
-    total = int(np.prod(shape, dtype=np.int64))
-    if -1 in out:
-        known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
-        if known <= 0 or total % known:
-            return None
-        out[out.index(-1)] = total // known
-    return out if int(np.prod(out, dtype=np.int64)) == total else None
+    out = reshape_dims(list(shape), list(target), allowzero)
+    if static_count(out) != len(out) or math.prod(out) != math.prod(shape):
+        return None
+    return out
 
 
 def _describe(entry: Entry) -> str:
