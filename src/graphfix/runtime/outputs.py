@@ -293,11 +293,11 @@ class OutputCheck:
         they differ after a selection that chose among near-ties, again with the
         original's choice there (`runtime.pinning`)."""
         assert self.reference is not None, "verify() on a disabled check"
-        witnesses, follows = [], None
+        witnesses, following = [], None
         if self._witness:  # and what a pinned run would be fed (`_pinned`)
-            witnesses = pinning.witnesses(model, self._selections)
-            follows = pinning.after(model, self._selections)
-            witnesses += [n for n in follows.boundary if n not in witnesses]
+            following = pinning.after(model, self._selections)
+            witnesses = list(dict.fromkeys(
+                [*pinning.witnesses(model, self._selections), *following.boundary]))
         try:
             outputs = run_checkable(model, feeds_as_declared(model, self.feeds), self.providers,
                                     extra_outputs=witnesses)
@@ -312,12 +312,12 @@ class OutputCheck:
             self.measure_floor(self.floor_of)
             outcome = self._judge(outputs)
         if not outcome.ok and not outcome.error and seen:
-            outcome = self._pinned(model, seen, outcome, outputs, follows)
+            outcome = self._pinned(model, seen, outcome, outputs, following)
         return outcome
 
     def _pinned(self, model: onnx.ModelProto, seen: dict[str, np.ndarray],
                 outcome: CheckOutcome, outputs: dict[str, np.ndarray],
-                follows: pinning.After | None = None) -> CheckOutcome:
+                following: pinning.After | None = None) -> CheckOutcome:
         """`outcome` again with every selection that chose among near-ties given the
         original's choice, as long as more are found (module `runtime.pinning`). When
         outputs after them still differ, choices no output witnesses flipped too (a
@@ -328,8 +328,8 @@ class OutputCheck:
         run, which computed it from the same inputs with the same kernels."""
         known = {**self.reference, **self._witness}  # the original's values
         first = seen
-        if follows is not None and not pinning.can_cut(follows, first):
-            follows = None
+        if following is not None and not pinning.can_cut(following, first):
+            following = None
         chosen: list[pinning.Selection] = []
         flips: dict[str, str] = {}  # an output that carries a choice -> why
         cut, last = model, outcome
@@ -343,17 +343,17 @@ class OutputCheck:
                        "to within rounding")
                 flips.update(dict.fromkeys(pinning.differing(s, known, seen), why))
             chosen += more
-            cut = pinning.pinned(model, chosen, known, follows, first)
+            cut = pinning.pinned(model, chosen, known, following, first)
             feeds = feeds_as_declared(model, self.feeds)
-            if follows is not None:
-                feeds.update({n: first[n] for n in follows.boundary})
+            if following is not None:
+                feeds.update({n: first[n] for n in following.boundary})
             feeds.update({n: known[n] for s in chosen for n in s.outputs})
             rest = pinning.witnesses(cut, self._selections)
             try:
                 got = run_checkable(cut, feeds, self.providers, extra_outputs=rest)
             except Exception:  # noqa: BLE001 - the cut model does not run: judged unpinned
                 break
-            if follows is not None:  # what precedes the selections: the first run's
+            if following is not None:  # what precedes the selections: the first run's
                 got = {**first, **got}
             seen, got = got, _graph_outputs(model, got)
             # a graph output that is itself a choice that flipped is not judged
