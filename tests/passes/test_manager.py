@@ -8,6 +8,7 @@ from gfhelpers import feeds_for, ops, parse, spy, unrunnable_model
 
 from graphfix.errors import GraphfixError
 from graphfix.graph import to_graph
+from graphfix.passes import manager
 from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult
 from graphfix.passes.cleanup import Cleanup
 from graphfix.passes.manager import run_passes, run_pipeline
@@ -75,6 +76,20 @@ class AnnotatesShapes(_TestPass):
         for node in graph.nodes:
             node.outputs[0].shape = None
         return PassResult(changed=False, notes=[Note("graph", "nothing to rewrite")])
+
+
+class ClaimsNoAnnotation(_TestPass):
+    """Says it gave no tensor a shape (`PassResult.annotated` False); `lie`: it drops them."""
+
+    name = "claims-no-annotation"
+    annotates_shapes = True
+    lie = False
+
+    def run(self, graph, ctx):
+        if self.lie:
+            for node in graph.nodes:
+                node.outputs[0].shape = None
+        return PassResult(changed=False, annotated=False)
 
 
 class UserError(_TestPass):
@@ -160,6 +175,33 @@ def test_a_pass_that_only_annotates_shapes_is_unchanged():
     _, report = run(parse(MODEL), AnnotatesShapes())
     assert report.passes[0].status == UNCHANGED
     assert report.passes[0].check == "unchanged"
+
+
+def test_a_pass_that_says_it_annotated_nothing_is_taken_at_its_word(monkeypatch):
+    calls = []
+    real = manager.fingerprint
+    monkeypatch.setattr(manager, "fingerprint", lambda g: calls.append(1) or real(g))
+    _, said = run(parse(MODEL), ClaimsNoAnnotation(), ClaimsNoAnnotation())
+    taken_at_word = len(calls)
+    calls.clear()
+    _, unsaid = run(parse(MODEL), AnnotatesShapes(), AnnotatesShapes())
+    assert [r.status for r in said.passes + unsaid.passes] == [UNCHANGED] * 4
+    # the claims cost one fingerprint before them and one at the end for both; passes
+    # that do not say are fingerprinted after each
+    assert (taken_at_word, len(calls)) == (2, 3)
+    assert not any("fingerprint check" in n for n in said.verify_notes)
+
+
+def test_a_false_claim_of_no_annotation_is_caught_at_the_end():
+    liar = ClaimsNoAnnotation()
+    liar.lie = True
+    _, report = run(parse(MODEL), liar)
+    # the shapes it dropped are a change it did not say: the fingerprint at the end finds
+    # it and the run is repeated with a fingerprint after every pass, which sees the
+    # pass only annotated shapes
+    assert any("the fingerprint check after pass 1 (claims-no-annotation)" in n
+               and "repeated" in n for n in report.verify_notes)
+    assert report.passes[0].status == UNCHANGED
 
 
 def test_unchanged_pass_needs_no_check():

@@ -56,6 +56,10 @@ class PassResult:
     verified: str = ""
     """What a pass that changes the graph outputs (`Pass.changes_outputs`) checked
     itself, for the report ("backbone + NMS part reproduce the outputs on 3 inputs")."""
+    annotated: bool | None = None
+    """A pass that annotates shapes (`Pass.annotates_shapes`) and changed nothing: False
+    when it gave no tensor a new shape or dtype either. A claim like changed=False, checked
+    the same way (the batched fingerprint); None, not said: the manager fingerprints."""
 
     def summary(self) -> str:
         if not self.counts:
@@ -206,10 +210,11 @@ class Pass:
     # check only when that cannot be shown. A claim, verified every time, never trusted.
     keeps_computation: ClassVar[bool] = False
     # The pass may give existing tensors shapes (running shape inference) and still say
-    # changed=False. The manager fingerprints the graph after such a pass every time;
-    # after another pass that says it changed nothing it does so once, at the end of a
-    # batched run (`passes.manager`), and a pass that did change the graph then makes the
-    # run repeat with every check after every pass.
+    # changed=False. The manager fingerprints the graph after such a pass, unless it says
+    # it annotated nothing either (`PassResult.annotated` False); after another pass that
+    # says it changed nothing it does so once, at the end of a batched run
+    # (`passes.manager`), and a pass that did change the graph then makes the run repeat
+    # with every check after every pass.
     annotates_shapes: ClassVar[bool] = False
 
     def __init__(self, options: Any = None) -> None:

@@ -85,7 +85,7 @@ class FoldReshapeTargets(Pass):
     counts_rewrites = True  # each Reshape target made constant is one rewrite
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
-        result = PassResult(changed=False)
+        result = PassResult(changed=False, annotated=False)
         candidates = [node for g in all_graphs(graph) for node in g.nodes
                       if is_onnx(node, "Reshape") and len(node.inputs) >= 2
                       and constant_value(node.inputs[1]) is None]
@@ -94,6 +94,7 @@ class FoldReshapeTargets(Pass):
             return result
         opset = opset_of(graph)
         names = names_in_use(graph)
+        annotated = 0  # tensors inference gave a new shape or dtype
         owner = {id(node): g for g in all_graphs(graph) for node in g.nodes}
         if candidates and not ctx.shapes_inferred and any(
                 is_onnx(n, "Shape") and n.inputs and n.inputs[0].shape is None
@@ -101,7 +102,7 @@ class FoldReshapeTargets(Pass):
             # exporters record no shapes for intermediates (a Reshape's output read by
             # the next Shape): without inference, a second run would fold what this one
             # could not see
-            infer_shapes(graph)
+            annotated += infer_shapes(graph)
         pending = list(candidates)
         for _ in range(MAX_ROUNDS):
             refused: list[tuple[gs.Node, str]] = []
@@ -134,9 +135,10 @@ class FoldReshapeTargets(Pass):
             # a folded target gives its Reshape a static output, and the ops after it
             # (an Add) theirs once inferred: a target left may read one of them
             pending = [node for node, _ in refused]
-            infer_shapes(graph)
+            annotated += infer_shapes(graph)
         result.notes += [Note(node_label(node), why) for node, why in refused]
         result.changed = bool(result.counts)
+        result.annotated = annotated > 0
         return result
 
 
