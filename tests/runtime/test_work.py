@@ -155,3 +155,23 @@ def test_check_refuses_an_endless_loop_before_running_it(tmp_path):
     with pytest.raises(TooMuchWork):
         compare_layerwise(_loop_model(HUGE), _loop_model(HUGE),
                           {"x": np.zeros(2, np.float32)})
+
+
+def test_a_loop_only_inside_an_if_branch_is_still_found():
+    # the look for a Loop before the estimate goes into bodies, proto and gs alike
+    loop = _loop_model(HUGE)
+    branch = h.make_graph(list(loop.graph.node[:1]), "then", [],
+                          [h.make_tensor_value_info("y", T.FLOAT, [2])])
+    other = h.make_graph([h.make_node("Identity", ["x"], ["y2"])], "else", [],
+                         [h.make_tensor_value_info("y2", T.FLOAT, [2])])
+    g = h.make_graph([h.make_node("If", ["flag"], ["z"], then_branch=branch,
+                                  else_branch=other, name="if")], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [2]),
+                      h.make_tensor_value_info("flag", T.BOOL, [])],
+                     [h.make_tensor_value_info("z", T.FLOAT, [2])],
+                     list(loop.graph.initializer))
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    assert [w.node for w in runaway_loops(model)] == ["loop"]
+    assert [w.node for w in runaway_loops(gs.import_onnx(model))] == ["loop"]
+    assert runaway_loops(_loop_model(10)) == []
