@@ -409,3 +409,64 @@ def test_blocked_scaling_gives_the_bits_of_float64_math(shape, dtype, monkeypatc
     assert got.dtype == dtype
     np.testing.assert_array_equal(got.view(f"u{np.dtype(dtype).itemsize}"),
                                   expected.view(f"u{np.dtype(dtype).itemsize}"))
+
+
+def _many_convs(rng, count: int, w_shape) -> onnx.ModelProto:
+    """x -> (Conv -> BN) x count, each Conv with its own weight of `w_shape` (scaled so
+    the outputs stay near 1)."""
+    c = w_shape[0]
+    inits, nodes, x = [], [], "x"
+    for i in range(count):
+        inits.append(_init(f"W{i}", _weights(rng, w_shape) / np.float32(4)))
+        inits += _bn_inits(rng, c, prefix=f"bn{i}")
+        nodes += [helper.make_node("Conv", [x, f"W{i}"], [f"c{i}"], name=f"conv{i}",
+                                   pads=[1, 1, 1, 1]), _bn(f"c{i}", f"n{i}", prefix=f"bn{i}")]
+        x = f"n{i}"
+    nodes[-1].output[0] = "y"
+    return _model(nodes, [_value("x", [1, c, 6, 6])], [_value("y", [1, c, 6, 6])], inits)
+
+
+@pytest.mark.parametrize("threshold", [1, 10**9])  # every weight in workers; none
+def test_large_conv_weights_computed_in_workers_give_the_same_bits(threshold, monkeypatch):
+    from graphfix.passes import fold_bn
+
+    monkeypatch.setattr(fold_bn, "_ASYNC_MIN_ELEMENTS", threshold)
+    rng = np.random.default_rng(3)
+    model = _many_convs(rng, 6, [16, 16, 3, 3])
+    after = _assert_folds(model, ["Conv"] * 6, {"folded BatchNormalization into Conv": 6})
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for node in (n for n in after.graph.node if n.op_type == "Conv"):
+        i = node.name.removeprefix("conv")
+        bn = {p: inits[f"bn{i}_{p}"].astype(np.float64) for p in BN_PARAMS}
+        s = bn["scale"] / np.sqrt(bn["var"] + 1e-5)
+        expected = (inits[f"W{i}"].astype(np.float64) * s[:, None, None, None]).astype(
+            np.float32)
+        got = next(numpy_helper.to_array(t) for t in after.graph.initializer
+                   if t.name == node.input[1])
+        np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+def test_no_pending_weight_outlives_the_pass(monkeypatch):
+    from graphfix.passes import fold_bn
+
+    monkeypatch.setattr(fold_bn, "_ASYNC_MIN_ELEMENTS", 1)
+    graph = gs.import_onnx(_many_convs(np.random.default_rng(0), 3, [8, 8, 3, 3]))
+    assert FoldBatchNorm().run(graph, PassContext()).changed
+    values = [t._values for t in graph.tensors().values() if isinstance(t, gs.Constant)]
+    assert not any(isinstance(v, fold_bn._Pending) for v in values)
+    assert not any(t.name.startswith("graphfix-fold-bn") for t in __import__(
+        "threading").enumerate())
+
+
+def test_a_worker_that_fails_fails_the_pass(monkeypatch):
+    from graphfix.passes import fold_bn
+
+    monkeypatch.setattr(fold_bn, "_ASYNC_MIN_ELEMENTS", 1)
+
+    def broken(w, s):
+        raise MemoryError("no room for the new weight")
+
+    monkeypatch.setattr(fold_bn, "_scaled", broken)
+    graph = gs.import_onnx(_many_convs(np.random.default_rng(0), 2, [8, 8, 3, 3]))
+    with pytest.raises(MemoryError, match="no room"):
+        FoldBatchNorm().run(graph, PassContext())

@@ -36,12 +36,16 @@ not folded is then left with a note).
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from graphfix.graph import (
     all_graphs,
@@ -80,6 +84,62 @@ class _Plan:
     bias_index: int
     attrs: dict[str, Any] = field(default_factory=dict)
     op: str | None = None
+    # the new weight's shape and dtype when `weight` also reads the old one (a large Conv
+    # weight, `_ASYNC_MIN_ELEMENTS`): `_rewrite` may then compute it in a worker thread
+    shape: tuple[int, ...] | None = None
+    dtype: np.dtype | None = None
+
+
+_ASYNC_MIN_ELEMENTS = 1 << 16
+"""Conv weights of at least this many elements are read and scaled in worker threads
+while the pass goes on (`_Workers`): numpy reads the file and multiplies without the
+interpreter lock, so two cores share ResNet-50's 90 MB. Smaller ones are computed in
+place: a thread hand-over costs more than they do."""
+
+
+class _Pending(LazyValues):
+    """The values of a new weight a worker is computing: what gs needs of lazy values
+    (shape, dtype) until `_Workers.settle` puts the array in its place."""
+
+    def __init__(self, future: Future, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.tensor = None
+        self.future = future
+        self.shape = shape
+        self.dtype = dtype
+        self.nbytes = math.prod(shape) * dtype.itemsize
+
+    def load(self) -> np.ndarray:
+        return self.future.result()
+
+
+class _Workers:
+    """Threads computing the large new Conv weights of one run of the pass; `settle`
+    waits for them and gives each constant its array (or raises what a worker raised),
+    so no pending value outlives the pass."""
+
+    def __init__(self) -> None:
+        self.pool: ThreadPoolExecutor | None = None
+        self.pending: list[gs.Constant] = []
+
+    def constant(self, name: str, plan: _Plan) -> gs.Constant:
+        if plan.shape is None or plan.dtype is None:
+            return gs.Constant(name, plan.weight())
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1),
+                                           thread_name_prefix="graphfix-fold-bn")
+        constant = gs.Constant(name, _Pending(self.pool.submit(plan.weight), plan.shape,
+                                              plan.dtype))
+        self.pending.append(constant)
+        return constant
+
+    def settle(self) -> None:
+        try:
+            for constant in self.pending:
+                constant.values = constant._values.load()  # noqa: SLF001 - gs's own slot
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool, self.pending = None, []
 
 
 class FoldBatchNorm(Pass):
@@ -114,6 +174,21 @@ class FoldBatchNorm(Pass):
         opset = opset_of(graph)
         names = names_in_use(graph)
         copies = ConvCopies(graph, ctx.input_shapes, names, ctx.static_shapes)
+        workers = _Workers()
+        try:
+            found = self._fold_all(graph, ctx, opset, names, copies, workers, result)
+        finally:
+            workers.settle()
+        if not found:
+            result.notes.append(
+                Note(subject="graph", reason="no BatchNormalization in the graph")
+            )
+        return result
+
+    def _fold_all(self, graph: gs.Graph, ctx: PassContext, opset: int, names: set[str],
+                  copies: ConvCopies, workers: _Workers, result: PassResult) -> int:
+        """Fold every BatchNormalization that can be (class docstring); how many there
+        were."""
         found = 0
         for g in all_graphs(graph):
             node_ids = {id(n) for n in g.nodes}
@@ -132,13 +207,10 @@ class FoldBatchNorm(Pass):
                     continue
                 phrase = f"folded BatchNormalization into {producer.op}"
                 result.counts[counted(phrase, producer, into)] += 1
-                _rewrite(bn, copies.target(g, producer, bn, into, node_ids), plan, names)
+                _rewrite(bn, copies.target(g, producer, bn, into, node_ids), plan, names,
+                         workers)
                 result.changed = True
-        if not found:
-            result.notes.append(
-                Note(subject="graph", reason="no BatchNormalization in the graph")
-            )
-        return result
+        return found
 
 
 # ----------------------------------------------------------------------------- check
@@ -225,6 +297,21 @@ def _weight(node: gs.Node, index: int, what: str) -> np.ndarray | str:
     return value
 
 
+def _large_weight(node: gs.Node) -> gs.Constant | None:
+    """The Conv's weight when it is a constant of a floating type, rank 3 or more and at
+    least `_ASYNC_MIN_ELEMENTS` elements, known without reading it; else None (`_weight`
+    reads it and says what is wrong)."""
+    t = node.inputs[1] if len(node.inputs) > 1 else None
+    if not isinstance(t, gs.Constant) or t.dtype is None:
+        return None
+    shape = t.shape
+    if (shape is None or len(shape) < 3 or not all(isinstance(d, int) for d in shape)
+            or math.prod(shape) < _ASYNC_MIN_ELEMENTS):
+        return None
+    dtype = np.dtype(t.dtype)
+    return t if np.issubdtype(dtype, np.floating) and dtype.num < 256 else None
+
+
 def _be(what: str) -> str:
     return "are" if what.endswith("s") else "is"
 
@@ -253,6 +340,19 @@ def _channel_mismatch(node: gs.Node, affine: _Affine, channels: int) -> str | No
 
 def _fold_conv(node: gs.Node, bn: gs.Node, affine: _Affine) -> _Plan | str:
     """Conv weights are [Cout, Cin/g, k...]: output channels are axis 0 for every group count."""
+    large = _large_weight(node)
+    if large is not None:
+        b, reason = _bias(node, 2, "bias")
+        if reason:
+            return reason
+        reason = _channel_mismatch(node, affine, large.shape[0])
+        if reason:
+            return reason
+        s = affine.scale.reshape((-1,) + (1,) * (len(large.shape) - 1))
+        dtype = np.dtype(large.dtype)
+        return _Plan(weight=lambda: _scaled(constant_value(large), s),
+                     bias=_new_bias(b, affine, dtype), bias_index=2,
+                     shape=tuple(large.shape), dtype=dtype)
     w = _weight(node, 1, "weights")
     if isinstance(w, str):
         return w
@@ -379,10 +479,11 @@ _FOLDERS: dict[str, Callable[[gs.Node, gs.Node, _Affine], _Plan | str]] = {
 # ----------------------------------------------------------------------------- rewrite
 
 
-def _rewrite(bn: gs.Node, producer: gs.Node, plan: _Plan, names: set[str]) -> None:
+def _rewrite(bn: gs.Node, producer: gs.Node, plan: _Plan, names: set[str],
+             workers: _Workers) -> None:
     """New constants into `producer`; it takes the BN's output tensor; the BN is disconnected."""
     base = bn.outputs[0].name
-    producer.inputs[1] = gs.Constant(fresh_name(f"{base}_folded_weight", names), plan.weight())
+    producer.inputs[1] = workers.constant(fresh_name(f"{base}_folded_weight", names), plan)
     bias = gs.Constant(fresh_name(f"{base}_folded_bias", names), plan.bias)
     if len(producer.inputs) > plan.bias_index:
         producer.inputs[plan.bias_index] = bias
