@@ -470,3 +470,21 @@ def test_a_worker_that_fails_fails_the_pass(monkeypatch):
     graph = gs.import_onnx(_many_convs(np.random.default_rng(0), 2, [8, 8, 3, 3]))
     with pytest.raises(MemoryError, match="no room"):
         FoldBatchNorm().run(graph, PassContext())
+
+
+def test_a_weight_of_a_type_numpy_lacks_stays_on_the_checked_path():
+    # gs gives bfloat16 (no ml_dtypes) as ONNX's type number: no worker, no np.dtype error
+    from onnx_graphsurgeon.ir.tensor import LazyValues
+
+    from graphfix.passes import fold_bn
+
+    def conv(tensor):
+        return gs.Node("Conv", inputs=[gs.Variable("x"), gs.Constant(tensor.name,
+                                                                      LazyValues(tensor))],
+                       outputs=[gs.Variable("y")])
+
+    big = [256, 256, 1]
+    bf16 = helper.make_tensor("w", TensorProto.BFLOAT16, big, vals=[0] * 65536)
+    f32 = helper.make_tensor("v", FLOAT, big, vals=[0.0] * 65536)
+    assert fold_bn._large_weight(conv(bf16)) is None
+    assert fold_bn._large_weight(conv(f32)) is not None

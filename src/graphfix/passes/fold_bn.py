@@ -302,7 +302,8 @@ def _large_weight(node: gs.Node) -> gs.Constant | None:
     least `_ASYNC_MIN_ELEMENTS` elements, known without reading it; else None (`_weight`
     reads it and says what is wrong)."""
     t = node.inputs[1] if len(node.inputs) > 1 else None
-    if not isinstance(t, gs.Constant) or t.dtype is None:
+    # gs gives an ONNX type number for a type numpy lacks (bfloat16 without ml_dtypes)
+    if not isinstance(t, gs.Constant) or not isinstance(t.dtype, (np.dtype, type)):
         return None
     shape = t.shape
     if (shape is None or len(shape) < 3 or not all(isinstance(d, int) for d in shape)
