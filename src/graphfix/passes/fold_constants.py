@@ -136,10 +136,10 @@ class FoldConstants(Pass):
                 # a Reshape whose target just became constant has a known output shape
                 # now, which a Shape further down may read: fold again (one run is then
                 # enough, as the pass contract asks)
-                annotated += propagate_shapes(graph, _now_constant(graph, variables),
-                                 functools.partial(_fold_on_the_way, threshold=threshold,
-                                                   read={}),
-                                 functools.partial(_reshaped, opset=opset_of(graph)))
+                annotated += propagate_shapes(
+                    graph, _now_constant(graph, variables),
+                    functools.partial(_fold_on_the_way, threshold=threshold, read={}),
+                    functools.partial(_reshaped, opset=opset_of(graph)))
                 whole = False
             elif whole:
                 break
