@@ -36,6 +36,7 @@ not folded is then left with a note).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable
@@ -340,31 +341,27 @@ def _channel_mismatch(node: gs.Node, affine: _Affine, channels: int) -> str | No
 
 
 def _fold_conv(node: gs.Node, bn: gs.Node, affine: _Affine) -> _Plan | str:
-    """Conv weights are [Cout, Cin/g, k...]: output channels are axis 0 for every group count."""
+    """Conv weights are [Cout, Cin/g, k...]: output channels are axis 0 for every group count.
+    A large weight is not read here: its plan reads it, in a worker (`_Workers`)."""
     large = _large_weight(node)
-    if large is not None:
-        b, reason = _bias(node, 2, "bias")
-        if reason:
-            return reason
-        reason = _channel_mismatch(node, affine, large.shape[0])
-        if reason:
-            return reason
-        s = affine.scale.reshape((-1,) + (1,) * (len(large.shape) - 1))
-        dtype = np.dtype(large.dtype)
-        return _Plan(weight=lambda: _scaled(constant_value(large), s),
-                     bias=_new_bias(b, affine, dtype), bias_index=2,
-                     shape=tuple(large.shape), dtype=dtype)
-    w = _weight(node, 1, "weights")
-    if isinstance(w, str):
-        return w
+    if large is None:
+        w = _weight(node, 1, "weights")
+        if isinstance(w, str):
+            return w
+        shape, dtype, read = w.shape, w.dtype, lambda: w
+    else:
+        shape, dtype = tuple(large.shape), np.dtype(large.dtype)
+        read = functools.partial(constant_value, large)
     b, reason = _bias(node, 2, "bias")
-    if reason or w.ndim < 3:
-        return reason or f"the Conv weights have rank {w.ndim}, not 3 or more"
-    reason = _channel_mismatch(node, affine, w.shape[0])
+    if reason or len(shape) < 3:
+        return reason or f"the Conv weights have rank {len(shape)}, not 3 or more"
+    reason = _channel_mismatch(node, affine, shape[0])
     if reason:
         return reason
-    s = affine.scale.reshape((-1,) + (1,) * (w.ndim - 1))
-    return _Plan(weight=lambda: _scaled(w, s), bias=_new_bias(b, affine, w.dtype), bias_index=2)
+    s = affine.scale.reshape((-1,) + (1,) * (len(shape) - 1))
+    return _Plan(weight=lambda: _scaled(read(), s), bias=_new_bias(b, affine, dtype),
+                 bias_index=2, shape=None if large is None else shape,
+                 dtype=None if large is None else dtype)
 
 
 def _fold_conv_transpose(node: gs.Node, bn: gs.Node, affine: _Affine) -> _Plan | str:

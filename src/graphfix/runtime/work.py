@@ -114,10 +114,9 @@ def _may_loop(model) -> bool:
     most, needs no estimate, and this look is ~6x cheaper than building it (Mask R-CNN's
     proto, 2,630 nodes: 1.6 ms against 9 ms; every session the check makes pays it, and
     fold-constants on every graph)."""
-    if isinstance(model, onnx.ModelProto):
-        return any(node.op_type == "Loop" for node in all_nodes(model.graph))
-    if isinstance(model, onnx.GraphProto):
-        return any(node.op_type == "Loop" for node in all_nodes(model))
+    graph = model.graph if isinstance(model, onnx.ModelProto) else model
+    if isinstance(graph, onnx.GraphProto):
+        return any(node.op_type == "Loop" for node in all_nodes(graph))
     from graphfix.graph.walk import all_graphs  # an onnx-graphsurgeon Graph
 
     return any(node.op == "Loop" for g in all_graphs(model) for node in g.nodes)
