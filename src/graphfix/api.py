@@ -181,7 +181,7 @@ def run(
                 early.join()  # its temporaries are in `files` when `files` discards them
             raise
         finally:
-            prepared.output_check.join()  # a run that failed leaves no onnxruntime behind
+            prepared.output_check.close()  # no onnxruntime left running behind the run
         result.written = written
         _review(result, prepared, explain, name=str(out or path or "model"))
         result.report.input = FileRef(str(path)) if path else None
@@ -458,7 +458,7 @@ def bisect(
         try:
             found = bisect_rewrites(probe, on_probe)
         finally:
-            prepared.output_check.join()  # no onnxruntime left running behind an error
+            prepared.output_check.close()  # no onnxruntime left running behind an error
         found.model = _with_weights(found.model, prepared.source)
         if out is not None:
             files.model(found.model, out, replaces=path if in_place else None)

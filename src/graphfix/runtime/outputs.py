@@ -5,10 +5,12 @@ on seeded random inputs or the user's data; its outputs are the reference. It ru
 second time with onnxruntime's BASIC optimizations on (which fold BatchNorm and fuse
 Conv with Add/Mul, as graphfix's passes do): max |r' - r| per float output is the
 model's noise floor, what a correct reordering of this model's arithmetic moves it by.
-That second run is made only when a check needs it: when a rewrite's outputs fail the
+That second run is used only when a check needs it: when a rewrite's outputs fail the
 fixed bounds, which the floor can only widen (a larger allowed error, outputs not
-judged), so a rewrite that passes without it passes with it (a model that selects among
-its values, where the floor is usually needed, has it measured at once). After a pass,
+judged), so a rewrite that passes without it passes with it. A model that selects among
+its values (where the floor is often needed) has it measured ahead, in the background,
+while the passes still run (`_floor_when_needed`); a check that passes without it stops
+that run, and the verdict never depends on whether it was ahead. After a pass,
 the rewritten model runs on the reference inputs and every graph output is measured by
 `runtime.compare` against the bound in `runtime.tolerances` (scale-relative, or within
 `FLOOR_FACTOR` times the floor). When onnxruntime cannot run the original (custom ops,
@@ -114,6 +116,8 @@ class OutputCheck:
         # the thread running the original (`prepare(background=True)`), and what it raised
         self._worker: threading.Thread | None = None
         self._failure: BaseException | None = None
+        self._waiting = threading.Event()  # set once a caller waits for the original
+        self._ahead: _FloorAhead | None = None  # the floor measured ahead, unused so far
 
     def _settled(self) -> None:
         """Wait for the original's run in the background, if one is under way; raise
@@ -128,8 +132,18 @@ class OutputCheck:
         does not wait (`measure_floor` runs in it)."""
         worker = self._worker
         if worker is not None and worker is not threading.current_thread():
+            self._waiting.set()
             worker.join()
             self._worker = None
+
+    def close(self) -> None:
+        """Leave nothing running in the background: wait for the original's run, stop
+        the floor's run ahead (`_floor_when_needed`). The check still works after: a
+        check that needs the floor then measures it."""
+        self.join()
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.stop()
 
     @property
     def reference(self) -> Mapping[str, np.ndarray] | None:
@@ -246,7 +260,8 @@ class OutputCheck:
     def rebased(self, model: onnx.ModelProto) -> OutputCheck:
         """The check with `model`'s outputs as the reference, on the same inputs (after
         a pass that changed the graph outputs); disabled, with why, when onnxruntime
-        cannot run `model`."""
+        cannot run `model`. This check's floor, no longer needed, stops if it runs ahead."""
+        self.close()
         feeds = feeds_as_declared(model, self.feeds)
         check = OutputCheck(self.feeds, None, "", self.providers, self.seed, self.data)
         try:
@@ -260,14 +275,19 @@ class OutputCheck:
         return check
 
     def _floor_when_needed(self, model: onnx.ModelProto) -> None:
-        """Measure `model`'s floor now when it selects (NonMaxSuppression, TopK, ArgMax,
-        ArgMin: with random weights its outputs are often ill-conditioned, and the first
-        check would need the floor; measured then, it cost Mask R-CNN 0.6 s and 230 MB
-        more), else the first time a check needs it."""
-        if any(n.op_type in _SELECTIONS for g in graph_protos(model.graph) for n in g.node):
-            self.measure_floor(model)
-        else:
-            self.floor_of = model
+        """`model`'s floor is measured the first time a check needs it. When it selects
+        (NonMaxSuppression, TopK, ArgMax, ArgMin: with random weights its outputs are
+        often ill-conditioned, and then a check needs the floor) and the original ran in
+        the background with no one waiting for it yet, the passes still run: the floor
+        is measured ahead, in a thread of its own, as long as no check has passed
+        without it (`verify`). Measured at once instead, it held up every check of a
+        selecting model, needed or not: RetinaNet's and FCOS's checks pass without it,
+        and waited 0.3-0.5 s for it on 2 cores."""
+        self.floor_of = model
+        if (threading.current_thread() is self._worker and not self._waiting.is_set()
+                and any(n.op_type in _SELECTIONS
+                        for g in graph_protos(model.graph) for n in g.node)):
+            self._ahead = _FloorAhead(model, self.feeds, self.providers)
 
     @classmethod
     def disabled(cls, reason: str) -> OutputCheck:
@@ -309,8 +329,10 @@ class OutputCheck:
         self._ties = {}
         outcome = self._judge(outputs)
         if not outcome.ok and self.floor_of is not None:
-            self.measure_floor(self.floor_of)
+            self._settle_floor()
             outcome = self._judge(outputs)
+        elif outcome.ok and self._ahead is not None:  # not needed now: no more CPU for it
+            self.close()
         if not outcome.ok and not outcome.error and seen:
             outcome = self._pinned(model, seen, outcome, outputs, following)
         return outcome
@@ -407,6 +429,15 @@ class OutputCheck:
         diffs += [unstable(name, why) for name, why in skip.items()]
         return CheckOutcome(all(d.ok for d in diffs), diffs)
 
+    def _settle_floor(self) -> None:
+        """The floor, from its run ahead when that one finished, else measured now."""
+        ahead, self._ahead = self._ahead, None
+        optimized = ahead.result() if ahead is not None else _STOPPED
+        if optimized is _STOPPED:
+            self.measure_floor(self.floor_of)
+        else:
+            self._take_floor(optimized)
+
     def measure_floor(self, model: onnx.ModelProto) -> None:
         """The noise floor of each float output (module docstring); none when
         onnxruntime's optimized run fails (then only the scale-relative bound applies).
@@ -418,11 +449,18 @@ class OutputCheck:
         among values that tie to within rounding, typical of a model with random weights.
         A correct rewrite changes it the same way, so it is not judged (the verdict and
         the run's notes say so); every other output still is."""
-        assert self.reference is not None
-        self.floor_of, self.floor_measured = None, True
         try:
             optimized = run_checkable(model, self.feeds, self.providers, basic=True)
         except Exception:  # the optimizer's problem, not the model's: no floor
+            optimized = None
+        self._take_floor(optimized)
+
+    def _take_floor(self, optimized: Mapping[str, np.ndarray] | None) -> None:
+        """The floor and the ill-conditioned outputs from the optimized run's outputs
+        (`measure_floor`); none when there are none."""
+        assert self.reference is not None
+        self.floor_of, self.floor_measured = None, True
+        if optimized is None:
             return
         for name, ref in self.reference.items():
             other = optimized.get(name)
@@ -459,6 +497,44 @@ class OutputCheck:
 
 
 _SELECTIONS = frozenset({"NonMaxSuppression", "TopK", "ArgMax", "ArgMin"})
+_STOPPED = object()  # a floor's run ahead that was stopped before it ended
+
+
+class _FloorAhead:
+    """The optimized run of the noise floor (`OutputCheck.measure_floor`), in a thread
+    of its own, which `stop` ends early (onnxruntime's terminate flag, checked between
+    nodes)."""
+
+    def __init__(self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+                 providers: Sequence[str]) -> None:
+        import onnxruntime as ort
+
+        self._options = ort.RunOptions()
+        self._stopped = False
+        self._outputs: Mapping[str, np.ndarray] | None = None
+        self._thread = threading.Thread(target=self._run, args=(model, feeds, providers),
+                                        name="graphfix-floor", daemon=True)
+        self._thread.start()
+
+    def _run(self, model, feeds, providers) -> None:
+        try:
+            self._outputs = run_checkable(model, feeds, providers, basic=True,
+                                          run_options=self._options)
+        except Exception:  # noqa: BLE001 - stopped, or the optimizer's problem: no floor
+            pass
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._options.terminate = True
+        self._thread.join()
+
+    def result(self):
+        """The optimized run's outputs; None when it failed; `_STOPPED` when `stop`
+        ended it (it may have finished first: then its outputs)."""
+        self._thread.join()
+        if self._outputs is None and self._stopped:
+            return _STOPPED
+        return self._outputs
 
 EMPTY = "empty on this sample: it has no elements to compare"
 
@@ -469,22 +545,24 @@ class NotCheckable(Exception):
 
 def run_checkable(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
                   providers: Sequence[str] = ("cpu",), basic: bool = False,
-                  extra_outputs: Sequence[str] = ()) -> dict[str, np.ndarray]:
+                  extra_outputs: Sequence[str] = (), run_options=None
+                  ) -> dict[str, np.ndarray]:
     """Every graph output, from onnxruntime; nodes it cannot run (TensorRT plugins,
     custom ops) run as their reference forms (`runtime.references`). Raises NotCheckable
     ("not checkable: <op> (<domain>)") for a node without one. With `basic`, onnxruntime's
     BASIC optimizations are on (the noise floor); a model with numpy-kernel nodes has none.
     `extra_outputs` (main-graph tensors) are returned too where onnxruntime runs the
-    model as it is (not through reference forms)."""
+    model as it is (not through reference forms). `run_options` (onnxruntime's
+    RunOptions, to stop the run from another thread) apply to a `basic` run."""
     if not references.needs_reference(model):
-        return run_model(model, feeds, providers, basic, extra_outputs)
+        return run_model(model, feeds, providers, basic, extra_outputs, run_options)
     sub = references.substitute(model)
     if sub.not_checkable:
         raise NotCheckable("not checkable: " + ", ".join(sub.not_checkable))
     if basic and sub.kernels:
         raise NotCheckable("no noise floor for a model with numpy-kernel nodes")
     if basic:
-        return run_model(sub.model, feeds, providers, basic)
+        return run_model(sub.model, feeds, providers, basic, run_options=run_options)
     return references.run(sub, feeds, providers)
 
 

@@ -213,11 +213,13 @@ def run_model(
     providers: Sequence[str] = ("cpu",),
     basic: bool = False,
     extra_outputs: Sequence[str] = (),
+    run_options=None,
 ) -> dict[str, np.ndarray]:
-    """Run the model once; returns every graph output by name, and `extra_outputs`."""
+    """Run the model once; returns every graph output by name, and `extra_outputs`.
+    `run_options`: onnxruntime's RunOptions for the run (its `terminate` stops it)."""
     sess = make_session(model, providers, basic, once=True, extra_outputs=extra_outputs)
     names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, dict(feeds)), strict=True))
+    return dict(zip(names, sess.run(names, dict(feeds), run_options), strict=True))
 
 
 def _outputs_suffix(model: onnx.ModelProto, names: Sequence[str]) -> bytes:
