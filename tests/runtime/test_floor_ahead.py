@@ -1,12 +1,14 @@
 """The noise floor of a selecting model, measured ahead in the background while the
-passes run: used only when a check fails without it, stopped when a check passes
-without it, and never measured ahead once someone waits for the original."""
+passes run, on a machine with cores to spare: used only when a check fails without it,
+stopped when a check passes without it, and never measured ahead once someone waits
+for the original."""
 
 from __future__ import annotations
 
 import threading
 import time
 
+import pytest
 from gfhelpers import parse
 
 from graphfix.runtime import outputs
@@ -56,6 +58,12 @@ class Runs:
                 self.floor_done.set()
 
         monkeypatch.setattr(outputs, "run_checkable", run)
+
+
+@pytest.fixture(autouse=True)
+def spare_cores(monkeypatch):
+    """The floor runs ahead only with cores to spare: as if there were 4."""
+    monkeypatch.setattr(outputs, "intra_op_threads", lambda: outputs.AHEAD_MIN_CPUS)
 
 
 def prepare() -> outputs.OutputCheck:
@@ -120,6 +128,16 @@ def test_no_floor_runs_ahead_once_a_caller_waits_for_the_original(monkeypatch):
     assert check.reference is not None  # waits: the passes are done
     assert check.verify(model()).ok
     assert runs.basic == [] and not check.floor_measured
+
+
+def test_with_fewer_cores_nothing_runs_ahead(monkeypatch):
+    runs = Runs(monkeypatch)
+    monkeypatch.setattr(outputs, "intra_op_threads", lambda: outputs.AHEAD_MIN_CPUS - 1)
+    check = prepare()
+    time.sleep(0.2)
+    assert runs.basic == []
+    assert check.verify(model(select="ArgMin")).ok  # measured when the check needs it
+    assert runs.basic == [threading.current_thread()]
 
 
 def test_a_model_without_a_selection_measures_nothing_ahead(monkeypatch):

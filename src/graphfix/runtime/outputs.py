@@ -7,10 +7,11 @@ Conv with Add/Mul, as graphfix's passes do): max |r' - r| per float output is th
 model's noise floor, what a correct reordering of this model's arithmetic moves it by.
 That second run is used only when a check needs it: when a rewrite's outputs fail the
 fixed bounds, which the floor can only widen (a larger allowed error, outputs not
-judged), so a rewrite that passes without it passes with it. A model that selects among
-its values (where the floor is often needed) has it measured ahead, in the background,
-while the passes still run (`_floor_when_needed`); a check that passes without it stops
-that run, and the verdict never depends on whether it was ahead. After a pass,
+judged), so a rewrite that passes without it passes with it. On a machine with cores to
+spare, a model that selects among its values (where the floor is often needed) has it
+measured ahead, in the background, while the passes still run (`_floor_when_needed`); a
+check that passes without it stops that run, and the verdict never depends on whether
+it was ahead. After a pass,
 the rewritten model runs on the reference inputs and every graph output is measured by
 `runtime.compare` against the bound in `runtime.tolerances` (scale-relative, or within
 `FLOOR_FACTOR` times the floor). When onnxruntime cannot run the original (custom ops,
@@ -35,7 +36,7 @@ from graphfix.runtime import pinning, references
 from graphfix.runtime.compare import OutputDiff, compare_outputs, unstable
 from graphfix.runtime.failures import cannot_run
 from graphfix.runtime.feeds import DEFAULT_SEED, NoTestData, model_feeds
-from graphfix.runtime.session import run_model
+from graphfix.runtime.session import intra_op_threads, run_model
 from graphfix.runtime.tolerances import FLOOR_FACTOR, ILL_CONDITIONED, tolerance_table
 from graphfix.runtime.values import InputValue, with_values
 from graphfix.runtime.work import TooMuchWork
@@ -277,14 +278,20 @@ class OutputCheck:
     def _floor_when_needed(self, model: onnx.ModelProto) -> None:
         """`model`'s floor is measured the first time a check needs it. When it selects
         (NonMaxSuppression, TopK, ArgMax, ArgMin: with random weights its outputs are
-        often ill-conditioned, and then a check needs the floor) and the original ran in
-        the background with no one waiting for it yet, the passes still run: the floor
-        is measured ahead, in a thread of its own, as long as no check has passed
-        without it (`verify`). Measured at once instead, it held up every check of a
-        selecting model, needed or not: RetinaNet's and FCOS's checks pass without it,
-        and waited 0.3-0.5 s for it on 2 cores."""
+        often ill-conditioned, and then a check needs the floor), the original ran in the
+        background with no one waiting for it yet (the passes still run), and there are
+        cores to spare (`AHEAD_MIN_CPUS`), the floor is measured ahead, in a thread of its
+        own, as long as no check has passed without it (`verify`).
+
+        On 2 cores a floor run ahead slows the passes and the rewrite's run, which share
+        the cores with it. A B A B, three runs each, measured when needed against ahead:
+        FCOS 1.43 -> 1.19 s, RetinaNet 1.49 -> 1.26, Keypoint R-CNN 1.74 -> 1.62, SSDlite
+        (shared) 1.19 -> 1.13; SSDlite at 320x320 from the zoo, which needs the floor,
+        1.36 -> 1.64; Faster R-CNN 2.53 -> 2.13 (noisy). With more cores the passes (one
+        thread) leave the others idle while they run; that case was not measured here."""
         self.floor_of = model
         if (threading.current_thread() is self._worker and not self._waiting.is_set()
+                and intra_op_threads() >= AHEAD_MIN_CPUS
                 and any(n.op_type in _SELECTIONS
                         for g in graph_protos(model.graph) for n in g.node)):
             self._ahead = _FloorAhead(model, self.feeds, self.providers)
@@ -497,6 +504,9 @@ class OutputCheck:
 
 
 _SELECTIONS = frozenset({"NonMaxSuppression", "TopK", "ArgMax", "ArgMin"})
+AHEAD_MIN_CPUS = 4
+"""The CPUs (`session.intra_op_threads`) from which a floor may be measured ahead
+(`OutputCheck._floor_when_needed`)."""
 _STOPPED = object()  # a floor's run ahead that was stopped before it ended
 
 
