@@ -121,16 +121,24 @@ def _fields(buf, start: int, end: int) -> Iterator[tuple[int, int, int, int, int
     pos = start
     while pos < end:
         key_start = pos
-        key, pos = _varint(buf, pos)
+        key = buf[pos]  # one byte for fields 1-15, as nearly all of ONNX's are
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _varint(buf, pos)
         field, wire = key >> 3, key & 7
         if wire == 0:
-            _, after = _varint(buf, pos)
+            after = pos + 1 if buf[pos] < 0x80 else _varint(buf, pos)[1]
         elif wire == 1:
             after = pos + 8
         elif wire == 5:
             after = pos + 4
         elif wire == _LENGTH_DELIMITED:
-            length, pos = _varint(buf, pos)
+            length = buf[pos]
+            if length < 0x80:
+                pos += 1
+            else:
+                length, pos = _varint(buf, pos)
             after = pos + length
         else:  # groups (3, 4) are not in ONNX's schema
             raise ValueError(f"wire type {wire}")
