@@ -130,7 +130,7 @@ class OutputCheck:
     def join(self) -> None:
         """Wait for the original's run in the background to end, raising nothing (a
         caller that stops early: its own error is the one to report). The worker itself
-        does not wait (`measure_floor` runs in it)."""
+        does not wait (`_floor_when_needed` runs in it)."""
         worker = self._worker
         if worker is not None and worker is not threading.current_thread():
             self._waiting.set()
