@@ -126,6 +126,10 @@ g (float[N,S,8] x, float[N,S,8] y, int64[N,S] ids, float[N,4,S,8] q, float[N,4,S
     eq = Equal(tgt, neg)
     wh = Where(eq, i1, tgt)
     ex2 = Expand(rk, wh)
+    grid = ReduceMean<axes = [0], keepdims = 1>(x)
+    reps2 = Concat<axis = 0>(n1, i1, i1)
+    tn = Tile(grid, reps2)
+    tx = Tile(x, reps2)
     out = Identity(x)
 }"""
 
@@ -136,9 +140,9 @@ def t2():
 
 
 def _values():
-    from graphfix.passes.fold_reshape_targets import _entries_reader
+    from graphfix.passes._shape_values import entries_reader
 
-    return DimOrigins(values=_entries_reader(17))
+    return DimOrigins(values=entries_reader(17))
 
 
 @pytest.mark.parametrize("a, axis_a, b, axis_b", [
@@ -161,6 +165,8 @@ def _values():
     ("rc", 0, "x", 0),  # a computed entry: dim k of x, and the input's copy of it
     ("rc", 1, "x", 1),
     ("ex2", 1, "x", 1),  # Expand to Where(Equal(t, -1), 1, t): PyTorch's expand
+    ("tn", 0, "x", 0),  # an axis of size 1 tiled by x's N (RAFT's coordinate grid)
+    ("tn", 1, "x", 1),  # ... and a repeat of 1 read as a value
 ])
 def test_new_ops_copy_a_dimension(t2, a, axis_a, b, axis_b):
     assert _values().same(t2[a], axis_a, t2[b], axis_b)
@@ -178,6 +184,7 @@ def test_new_ops_copy_a_dimension(t2, a, axis_a, b, axis_b):
     ("rc2", 0, "x", 0),
     ("rc3", 0, "x", 0),  # the entry is x's N, the input y's its own N
     ("att2", 0, "q", 0),  # q's N broadcast against k's (two inputs: two sizes)
+    ("tx", 0, "x", 0),  # an axis of size N tiled N times: N * N
 ])
 def test_new_ops_do_not_claim_what_varies(t2, a, axis_a, b, axis_b):
     assert not _values().same(t2[a], axis_a, t2[b], axis_b)
@@ -185,5 +192,6 @@ def test_new_ops_do_not_claim_what_varies(t2, a, axis_a, b, axis_b):
 
 def test_without_a_value_reader_shape_values_are_not_followed(t2):
     assert not DimOrigins().same(t2["ex"], 1, t2["x"], 1)
+    assert not DimOrigins().same(t2["tn"], 0, t2["x"], 0)
     assert not DimOrigins().same(t2["rng"], 0, t2["x"], 1)
     assert DimOrigins().same(t2["rz"], 0, t2["x"], 0)  # a constant 0 needs no reader

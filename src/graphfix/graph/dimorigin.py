@@ -159,7 +159,7 @@ def _copied_from(tensor: gs.Tensor, axis: int, values: Entries | None = None):
     if op == "Flatten":
         return _flatten(node, axis)
     if op in ("Pad", "Tile"):
-        return _unchanged_axis(node, axis)
+        return _unchanged_axis(node, axis, values)
     if op == "RoiAlign":  # one box per row of rois, x's channels
         return (node.inputs[1], 0) if axis == 0 and len(node.inputs) > 1 else (
             (x, 1) if axis == 1 else None)
@@ -280,17 +280,27 @@ def _flatten(node: gs.Node, axis: int):
     return None
 
 
-def _unchanged_axis(node: gs.Node, axis: int):
+def _unchanged_axis(node: gs.Node, axis: int, values: Entries | None = None):
     """Pad with no padding, or Tile with a repeat of 1, on this axis (constant
-    parameters; Pad's `pads` attribute before opset 11 and `axes` input from 18)."""
+    parameters; Pad's `pads` attribute before opset 11 and `axes` input from 18); Tile
+    of an axis of size 1 repeated a dimension's times, read through the caller's
+    `values` (RAFT's coordinate grid, tiled to the batch), is that dimension."""
     x = node.inputs[0]
     rank_in = _rank(x)
     if rank_in is None:
         return None
     if node.op == "Tile":
-        repeats = _ints(node.inputs[1]) if len(node.inputs) > 1 else None
-        return (x, axis) if repeats is not None and len(repeats) == rank_in and (
-            repeats[axis] == 1) else None
+        if len(node.inputs) < 2:
+            return None
+        repeats = _ints(node.inputs[1])
+        if repeats is None and values is not None:
+            repeats = values(node.inputs[1])
+        if repeats is None or len(repeats) != rank_in:
+            return None
+        if repeats[axis] == 1:
+            return (x, axis)
+        return repeats[axis] if isinstance(repeats[axis], tuple) and x.shape[axis] == 1 \
+            else None
     pads = (_ints(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1].name
             else node.attrs.get("pads"))
     if pads is None:

@@ -71,6 +71,18 @@ def evaluate(tensor: gs.Tensor, opset: int, depth: int = 0) -> Value | str:
     return rule(node, opset, depth + 1)
 
 
+def entries_reader(opset: int):
+    """`evaluate` as `graph.dimorigin.DimOrigins` reads a shape value: an int, (tensor,
+    axis) for a dimension, None for unknown; None when it cannot read the value."""
+    def entries(tensor: gs.Tensor) -> list | None:
+        value = evaluate(tensor, opset)
+        if isinstance(value, str):
+            return None
+        return [(e.tensor, e.axis) if isinstance(e, Dim) else e if isinstance(e, int) else None
+                for e in value.entries]
+    return entries
+
+
 def _opaque(tensor: gs.Tensor) -> Value | None:
     """An integer tensor of known 0-D/1-D static shape as unknown entries, else None."""
     shape, dtype = tensor.shape, tensor.dtype

@@ -61,7 +61,7 @@ from graphfix.graph import (
 )
 from graphfix.graph.dimorigin import DimOrigins
 from graphfix.graph.shapes import infer_shapes, reshape_dims, static_count
-from graphfix.passes._shape_values import Dim, Entry, Opaque, Value, evaluate
+from graphfix.passes._shape_values import Dim, Entry, Opaque, Value, entries_reader, evaluate
 from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
 
 MAX_ROUNDS = 8
@@ -106,7 +106,7 @@ class FoldReshapeTargets(Pass):
         pending = list(candidates)
         for _ in range(MAX_ROUNDS):
             refused: list[tuple[gs.Node, str]] = []
-            origins = DimOrigins(values=_entries_reader(opset))  # new shapes each round
+            origins = DimOrigins(values=entries_reader(opset))  # new shapes each round
             for node in pending:
                 target = _target(node, opset, origins)
                 if isinstance(target, gs.Tensor):
@@ -175,17 +175,6 @@ def _target(node: gs.Node, opset: int, origins: DimOrigins) -> list[int] | gs.Te
         f"({', '.join(_describe(value.entries[i]) for i in free)}) that neither 0 nor a "
         "single -1 can express"
     )
-
-
-def _entries_reader(opset: int):
-    """`evaluate` as `DimOrigins` reads a shape value: (tensor, axis) for a dimension."""
-    def entries(tensor: gs.Tensor) -> list | None:
-        value = evaluate(tensor, opset)
-        if isinstance(value, str):
-            return None
-        return [(e.tensor, e.axis) if isinstance(e, Dim) else e if isinstance(e, int) else None
-                for e in value.entries]
-    return entries
 
 
 def _whole_shape_of(value: Value) -> gs.Tensor | None:
