@@ -141,13 +141,20 @@ def unsqueeze(node: gs.Node, view: View) -> Plan | str | None:
 def concat(node: gs.Node, view: View) -> Plan | str | None:
     """The single-node Concat rules (`_noop_single.concat`) first; then
     Concat(a, Concat(b, c), d) -> Concat(a, b, c, d) on the same axis, one inner Concat
-    per rewrite (the sweeps repeat, so deeper nesting flattens fully)."""
+    per rewrite (the sweeps repeat, so deeper nesting flattens fully). An inner Concat
+    that other Concats read too is flattened into each of them when every one of them
+    joins on its axis (RAFT's refinement loop: twelve inner Concats, each read by two);
+    it goes with the last. One that any other node reads stays, and so does its
+    readers' nesting: flattening would copy its inputs twice."""
     plan = single.concat(node, view)
     if plan is not None or "axis" not in node.attrs:
         return plan
     why = None
     for tensor in node.inputs:
         inner = _lone_producer(view, tensor, "Concat")
+        shared = isinstance(inner, str) and _only_concats_read(view, tensor)
+        if shared:
+            inner = tensor.inputs[0]
         if inner is not None and not isinstance(inner, str):
             inner = _axis_refusal(node, inner) or inner
         if isinstance(inner, str):
@@ -155,8 +162,24 @@ def concat(node: gs.Node, view: View) -> Plan | str | None:
         elif inner is not None:
             inputs = [t for outer in node.inputs
                       for t in (list(inner.inputs) if outer is tensor else [outer])]
-            return Plan("flattened nested Concats", remove=False, inputs=inputs, drop=inner)
+            last = sum(1 for reader in tensor.outputs if reader is not node) == 0
+            return Plan("flattened nested Concats", remove=False, inputs=inputs,
+                        drop=inner if last else None)
     return why
+
+
+def _only_concats_read(view: View, tensor: gs.Tensor) -> bool:
+    """Whether `tensor` is a Concat's output in this graph, not a graph output, read by
+    Concats only, each joining on that Concat's axis."""
+    if isinstance(tensor, gs.Constant) or len(tensor.inputs) != 1:
+        return False
+    inner = tensor.inputs[0]
+    if (not is_onnx(inner, "Concat") or id(inner) not in view.node_ids
+            or is_graph_output(view.g, tensor)):
+        return False
+    return all(is_onnx(reader, "Concat") and "axis" in reader.attrs
+               and id(reader) in view.node_ids and _axis_refusal(reader, inner) is None
+               for reader in tensor.outputs)
 
 
 def _axis_refusal(node: gs.Node, inner: gs.Node) -> str | None:
