@@ -162,7 +162,7 @@ def concat(node: gs.Node, view: View) -> Plan | str | None:
         elif inner is not None:
             inputs = [t for outer in node.inputs
                       for t in (list(inner.inputs) if outer is tensor else [outer])]
-            last = sum(1 for reader in tensor.outputs if reader is not node) == 0
+            last = all(reader is node for reader in tensor.outputs)
             return Plan("flattened nested Concats", remove=False, inputs=inputs,
                         drop=inner if last else None)
     return why

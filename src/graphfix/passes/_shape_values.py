@@ -93,17 +93,26 @@ def _opaque(tensor: gs.Tensor) -> Value | None:
     return Value(tuple(Opaque(tensor, i) for i in range(count)), scalar=not shape)
 
 
-def _shape(node: gs.Node, opset: int, depth: int) -> Value | str:
+def shape_axes(node: gs.Node) -> range | None:
+    """The axes of its input a Shape node gives (its `start` and `end`, clamped as ONNX
+    says), or None when the input's rank is not known."""
     x = node.inputs[0]
     if x.shape is None:
-        return f"the rank of '{x.name}' is not known"
+        return None
     rank = len(x.shape)
     start, end = int(node.attrs.get("start", 0)), node.attrs.get("end")
     start = max(0, min(rank, start + rank if start < 0 else start))
     end = rank if end is None else int(end)
     end = max(0, min(rank, end + rank if end < 0 else end))
+    return range(start, max(start, end))
+
+
+def _shape(node: gs.Node, opset: int, depth: int) -> Value | str:
+    x, axes = node.inputs[0], shape_axes(node)
+    if axes is None:
+        return f"the rank of '{x.name}' is not known"
     return Value(tuple(d if isinstance(d, int) and d >= 0 else Dim(x, i)
-                       for i, d in enumerate(x.shape) if start <= i < end))
+                       for i, d in ((i, x.shape[i]) for i in axes)))
 
 
 def _passthrough(node: gs.Node, opset: int, depth: int) -> Value | str:

@@ -41,7 +41,7 @@ from graphfix.graph import (
 )
 from graphfix.graph.dimorigin import DimOrigins
 from graphfix.graph.walk import opset_of
-from graphfix.passes._shape_values import entries_reader
+from graphfix.passes._shape_values import entries_reader, shape_axes
 from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
 
 _RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -124,22 +124,16 @@ def _dim_key(node: gs.Node, origins: DimOrigins) -> tuple | None:
     if len(shape.inputs) != 1 or not is_onnx(shape.inputs[0], "Shape"):
         return None
     source = shape.inputs[0]
-    x = source.inputs[0] if source.inputs else None
+    axes = shape_axes(source) if source.inputs else None
     index_value = constant_value(index) if isinstance(index, gs.Constant) else None
-    if (x is None or x.shape is None or index_value is None or index_value.size != 1
+    if (axes is None or index_value is None or index_value.size != 1
             or index_value.dtype.kind not in "iu" or index_value.ndim > 1):
         return None
-    rank = len(x.shape)
-    start = int(source.attrs.get("start", 0))
-    start = min(max(start + rank if start < 0 else start, 0), rank)
-    end = source.attrs.get("end")
-    end = rank if end is None else int(end) + (rank if int(end) < 0 else 0)
-    end = min(max(end, 0), rank)
     k = int(index_value.reshape(-1)[0])
-    k = k + (end - start) if k < 0 else k
-    if not 0 <= k < end - start:
+    if not -len(axes) <= k < len(axes):
         return None
-    return ("dim", origins.origin(x, start + k), index_value.shape, index_value.dtype.str)
+    return ("dim", origins.origin(source.inputs[0], axes[k]), index_value.shape,
+            index_value.dtype.str)
 
 
 def _attr_key(value: Any) -> Any:

@@ -456,11 +456,7 @@ class OutputCheck:
         among values that tie to within rounding, typical of a model with random weights.
         A correct rewrite changes it the same way, so it is not judged (the verdict and
         the run's notes say so); every other output still is."""
-        try:
-            optimized = run_checkable(model, self.feeds, self.providers, basic=True)
-        except Exception:  # the optimizer's problem, not the model's: no floor
-            optimized = None
-        self._take_floor(optimized)
+        self._take_floor(_optimized(model, self.feeds, self.providers))
 
     def _take_floor(self, optimized: Mapping[str, np.ndarray] | None) -> None:
         """The floor and the ill-conditioned outputs from the optimized run's outputs
@@ -510,6 +506,16 @@ AHEAD_MIN_CPUS = 4
 _STOPPED = object()  # a floor's run ahead that was stopped before it ended
 
 
+def _optimized(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+               providers: Sequence[str], run_options=None) -> dict[str, np.ndarray] | None:
+    """The floor's run: the outputs with onnxruntime's BASIC optimizations on; None when
+    it fails (the optimizer's problem, not the model's: no floor) or was stopped."""
+    try:
+        return run_checkable(model, feeds, providers, basic=True, run_options=run_options)
+    except Exception:  # noqa: BLE001 - onnxruntime raises many types
+        return None
+
+
 class _FloorAhead:
     """The optimized run of the noise floor (`OutputCheck.measure_floor`), in a thread
     of its own, which `stop` ends early (onnxruntime's terminate flag, checked between
@@ -527,11 +533,7 @@ class _FloorAhead:
         self._thread.start()
 
     def _run(self, model, feeds, providers) -> None:
-        try:
-            self._outputs = run_checkable(model, feeds, providers, basic=True,
-                                          run_options=self._options)
-        except Exception:  # noqa: BLE001 - stopped, or the optimizer's problem: no floor
-            pass
+        self._outputs = _optimized(model, feeds, providers, self._options)
 
     def stop(self) -> None:
         self._stopped = True
