@@ -96,3 +96,31 @@ def test_only_main_graph_initializers_no_body_reads_are_spilled():
         model = export(graph)
         onnx.checker.check_model(skeleton(model))  # as the manager checks a candidate
         assert [t.name for t in weights.deferred(model)] == ["main_only"]
+
+
+def test_puts_from_many_threads_get_their_own_aligned_ranges():
+    import itertools
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal(int(n)).astype(np.float32)
+              for n in rng.integers(1, 200_000, 24)]
+    with Spill() as spill, ThreadPoolExecutor(4) as pool:
+        tensors = list(pool.map(lambda ia: spill.put(f"t{ia[0]}", ia[1]), enumerate(arrays)))
+        ranges = sorted((int(weights.reference(t)["offset"]), int(weights.reference(t)["length"]))
+                        for t in tensors)
+        assert all(start % ALIGN == 0 for start, _ in ranges)
+        for (start, length), (after, _) in itertools.pairwise(ranges):
+            assert start + length <= after
+        for tensor, array in zip(tensors, arrays, strict=True):
+            np.testing.assert_array_equal(weights.to_array(tensor), array)
+        assert spill.bytes == sum(a.nbytes for a in arrays)
+
+
+def test_without_pwrite_puts_still_land_where_their_references_say(monkeypatch):
+    monkeypatch.delattr(os, "pwrite")
+    arrays = [np.arange(n, dtype=np.int32) for n in (3, 1000, 17)]
+    with Spill() as spill:
+        tensors = [spill.put(f"t{i}", a) for i, a in enumerate(arrays)]
+        for tensor, array in zip(tensors, arrays, strict=True):
+            np.testing.assert_array_equal(weights.to_array(tensor), array)

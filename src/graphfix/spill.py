@@ -10,7 +10,9 @@ written by copying from it (`graphfix.streamsave`), and the memory is the page c
 
 The spill lives in a temporary directory for as long as the `Spill` is open: `api.run`
 opens it around a run and reads what `Result.model` keeps before closing it
-(`keep_weights`).
+(`keep_weights`). Threads may `put` at once (fold-bn's workers write the weights they
+compute, `passes.fold_bn._Workers`): each reserves its range under a lock and writes it
+with `os.pwrite`, which runs without the interpreter lock, so two writes share two cores.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 
 import numpy as np
 from onnx import TensorProto, helper
@@ -34,7 +37,9 @@ class Spill:
 
     def __init__(self) -> None:
         self.dir: str | None = None
-        self._file = None
+        self._fd: int | None = None
+        self._end = 0  # where the next tensor's range may start
+        self._lock = threading.Lock()
         self.bytes = 0
 
     def __enter__(self) -> Spill:
@@ -45,28 +50,44 @@ class Spill:
 
     def put(self, name: str, values: np.ndarray) -> TensorProto:
         """Write `values` (a numpy-typed array) to the spill; returns the deferred
-        TensorProto that refers to them."""
-        if self._file is None:
-            self.dir = tempfile.mkdtemp(prefix="graphfix-spill-")
-            self._file = open(os.path.join(self.dir, FILE_NAME), "wb")  # noqa: SIM115
-        offset = -self._file.tell() % ALIGN + self._file.tell()
-        self._file.seek(offset)
+        TensorProto that refers to them. Safe to call from several threads."""
         data = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<"))
-        self._file.write(memoryview(data).cast("B"))
-        self._file.flush()  # readers open the file by name
-        self.bytes += data.nbytes
+        with self._lock:
+            if self._fd is None:
+                self.dir = tempfile.mkdtemp(prefix="graphfix-spill-")
+                self._fd = os.open(os.path.join(self.dir, FILE_NAME),
+                                   os.O_WRONLY | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600)
+            offset = -self._end % ALIGN + self._end
+            self._end = offset + data.nbytes
+            self.bytes += data.nbytes
+            fd, path = self._fd, os.path.join(self.dir, FILE_NAME)
+        self._write_at(fd, memoryview(data).cast("B"), offset)
         tensor = TensorProto()
         tensor.name = name
         tensor.data_type = helper.np_dtype_to_tensor_dtype(data.dtype)
         tensor.dims.extend(data.shape)
-        weights.defer_in_file(tensor, os.path.join(self.dir, FILE_NAME), offset, data.nbytes)
+        weights.defer_in_file(tensor, path, offset, data.nbytes)
         return tensor
+
+    def _write_at(self, fd: int, view: memoryview, offset: int) -> None:
+        """All of `view` at `offset`, unbuffered (readers open the file by name); where
+        there is no `os.pwrite` (Windows), one write at a time."""
+        done = 0
+        if hasattr(os, "pwrite"):
+            while done < len(view):
+                done += os.pwrite(fd, view[done:], offset + done)
+            return
+        with self._lock:
+            os.lseek(fd, offset, os.SEEK_SET)
+            while done < len(view):
+                done += os.write(fd, view[done:])
 
     def close(self) -> None:
         """Delete the file; a model that refers to it can no longer be read."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None

@@ -458,12 +458,110 @@ def test_no_pending_weight_outlives_the_pass(monkeypatch):
         "threading").enumerate())
 
 
+def _shared_weight_graph(values) -> tuple[gs.Graph, dict[str, np.ndarray]]:
+    """x -> Conv(W) -> BN a, x -> Conv(W) -> BN b: one weight constant, whose values are
+    `values` (an array or lazy values), read by both Convs; the expected new weights."""
+    rng = np.random.default_rng(5)
+    w = _weights(rng, [8, 8, 3, 3])
+    inits = [_init("W", w)] + _bn_inits(rng, 8, prefix="a") + _bn_inits(rng, 8, prefix="b")
+    nodes = []
+    for p in "ab":
+        nodes += [helper.make_node("Conv", ["x", "W"], [f"c{p}"], name=f"conv{p}",
+                                   pads=[1, 1, 1, 1]), _bn(f"c{p}", f"y{p}", prefix=p)]
+    model = _model(nodes, [_value("x", [1, 8, 6, 6])],
+                   [_value("ya", [1, 8, 6, 6]), _value("yb", [1, 8, 6, 6])], inits)
+    stats = {i.name: numpy_helper.to_array(i).astype(np.float64) for i in inits}
+    expected = {}
+    for p in "ab":
+        scale = stats[f"{p}_scale"] / np.sqrt(stats[f"{p}_var"] + 1e-5)
+        expected[f"conv{p}"] = (w.astype(np.float64) * scale[:, None, None, None]).astype(
+            np.float32)
+    graph = gs.import_onnx(model)
+    graph.tensors()["W"].values = values(w) if callable(values) else values
+    return graph, expected
+
+
+def _folded_weights(graph: gs.Graph) -> dict[str, np.ndarray]:
+    from graphfix.graph import constant_value
+
+    return {n.name: constant_value(n.inputs[1]) for n in graph.nodes if n.op == "Conv"}
+
+
+def test_a_weight_read_fresh_is_scaled_in_place_and_an_array_in_memory_never(monkeypatch):
+    # the two Convs read one weight; a fold that scaled an array it does not own in
+    # place would give the second Conv the weight scaled twice
+    from graphfix.graph.convert import spilled
+    from graphfix.passes import fold_bn
+    from graphfix.spill import Spill
+
+    monkeypatch.setattr(fold_bn, "_ASYNC_MIN_ELEMENTS", 1)
+    scaled_in_place = []
+    scaled = fold_bn._scaled
+
+    def recording(w, s, in_place=False):
+        scaled_in_place.append(in_place)
+        return scaled(w, s, in_place)
+
+    monkeypatch.setattr(fold_bn, "_scaled", recording)
+    # in memory: gs's own array, never written
+    graph, expected = _shared_weight_graph(lambda w: w)
+    shared = graph.tensors()["W"].values
+    before = shared.copy()
+    assert FoldBatchNorm().run(graph, PassContext()).changed
+    assert scaled_in_place == [False, False]
+    np.testing.assert_array_equal(shared, before)
+    for name, got in _folded_weights(graph).items():
+        np.testing.assert_array_equal(got, expected[name])
+    # deferred (the input's weights in their file): each read is a fresh array
+    with Spill() as spill:
+        graph, expected = _shared_weight_graph(lambda w: spilled(spill, "W", w))
+        scaled_in_place.clear()
+        assert FoldBatchNorm().run(graph, PassContext()).changed
+        assert scaled_in_place == [True, True]
+        for name, got in _folded_weights(graph).items():
+            np.testing.assert_array_equal(got, expected[name])
+
+
+def test_workers_write_the_new_weights_to_the_runs_spill(monkeypatch):
+    from onnx_graphsurgeon.ir.tensor import LazyValues
+
+    from graphfix import weights
+    from graphfix.passes import fold_bn
+    from graphfix.spill import Spill
+
+    monkeypatch.setattr(fold_bn, "_ASYNC_MIN_ELEMENTS", 1)
+    rng = np.random.default_rng(3)
+    model = _many_convs(rng, 4, [16, 16, 3, 3])
+    # a BatchNormalization after the last one: folded into the weight a worker spilled
+    # in the same run (a fold of a fold reads it back)
+    model.graph.initializer.extend(_bn_inits(rng, 16, prefix="again"))
+    model.graph.node[-1].output[0] = "n3"
+    model.graph.node.append(_bn("n3", "y", prefix="again"))
+    expected = _assert_folds(model, ["Conv"] * 4, {"folded BatchNormalization into Conv": 5})
+    graph = gs.import_onnx(model)
+    with Spill() as spill:
+        ctx = PassContext()
+        ctx.spill = spill
+        assert FoldBatchNorm().run(graph, ctx).changed
+        graph.cleanup().toposort()
+        convs = [n for n in graph.nodes if n.op == "Conv"]
+        for conv in convs:
+            values = conv.inputs[1]._values
+            assert isinstance(values, LazyValues) and weights.is_deferred(values.tensor)
+        assert spill.bytes >= 5 * 16 * 16 * 9 * 4  # the refolded weight written again
+        got = gs.export_onnx(graph)
+        for want, have in zip(expected.graph.node, got.graph.node, strict=True):
+            assert want.op_type == have.op_type
+        feeds = _feeds(model)
+        np.testing.assert_array_equal(run_model(got, feeds)["y"], run_model(expected, feeds)["y"])
+
+
 def test_a_worker_that_fails_fails_the_pass(monkeypatch):
     from graphfix.passes import fold_bn
 
     monkeypatch.setattr(fold_bn, "_ASYNC_MIN_ELEMENTS", 1)
 
-    def broken(w, s):
+    def broken(w, s, in_place=False):
         raise MemoryError("no room for the new weight")
 
     monkeypatch.setattr(fold_bn, "_scaled", broken)

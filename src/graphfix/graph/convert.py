@@ -140,11 +140,17 @@ def settle_constants(graph: gs.Graph, spill=None) -> int:
                     and t.data_location is None and t.export_dtype == t.dtype):
                 if spill is not None and g is graph and all(id(n) in main
                                                             for n in t.outputs):
-                    t._values = _DeferredValues(spill.put(t.name, values))
+                    t._values = spilled(spill, t.name, values)
                 else:
                     t._values = LazyValues(constant_to_onnx_tensor(t))
                 count += 1
     return count
+
+
+def spilled(spill, name: str, values: np.ndarray) -> LazyValues:
+    """`values` written to `spill` (`graphfix.spill.Spill`), as the lazy values of a
+    constant named `name` that refer to them there (`settle_constants`)."""
+    return _DeferredValues(spill.put(name, values))
 
 
 def export_skeleton(graph: gs.Graph) -> onnx.ModelProto:

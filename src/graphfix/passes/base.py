@@ -108,6 +108,12 @@ class PassContext:
     (maxvit_t: fold-bn's second round inferred 38 ms to size one Conv). Only a cost
     model reads them; never restored (they were true of the graph they were found in)."""
 
+    spill: Any = None
+    """The run's spill file (`graphfix.spill.Spill`), or None: the pass manager sets it for
+    the passes it runs. A pass that computes large weights in worker threads may write
+    them there from the workers (fold-bn); the manager spills what else is large after
+    the pass (`graph.convert.settle_constants`)."""
+
     def allow_rewrite(self, pass_name: str, label: str) -> bool:
         """Whether a pass may apply its next independent rewrite, described by `label`
         ("BatchNormalization 'bn1' into Conv 'conv1'"). A pass calls it right before each
@@ -130,7 +136,8 @@ class PassContext:
             setattr(self, name, value)
 
 
-_NOT_RESTORED = ("trt", "rewrites", "plugin_rules", "shapes_inferred", "static_shapes")
+_NOT_RESTORED = ("trt", "rewrites", "plugin_rules", "shapes_inferred", "static_shapes",
+                 "spill")
 LIMIT_REACHED = "rewrite limit reached"
 
 

@@ -308,6 +308,7 @@ class _Runner:
         self.held: list[tuple[PassRecord, onnx.ModelProto]] = []  # on_pass_done, batched
         self.output_check = output_check
         self.ctx = ctx or PassContext()
+        self.ctx.spill = spill
         self.on_pass_start = on_pass_start
         self.on_pass_done = on_pass_done
         self.verifier = Verifier.for_input(model)
