@@ -64,6 +64,43 @@ def test_a_cycle_names_its_nodes_and_an_unsorted_graph_passes():
         check_wellformed(model, "m.onnx")
 
 
+def test_a_node_reading_its_own_output_or_a_later_one_in_a_body_is_a_cycle():
+    relu = helper.make_node("Relu", ["x"], ["h"], name="relu")
+    loop = helper.make_node("Add", ["h", "s"], ["s"], name="self")  # reads what it writes
+    graph = helper.make_graph([relu, loop], "g", [helper.make_tensor_value_info("x", 1, [2])],
+                              [helper.make_tensor_value_info("s", 1, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(GraphfixError, match="nodes form a cycle: Add 'self' wait"):
+        check_wellformed(model, "m.onnx")
+    # in a body: the sorted main graph passes the quick look, the body does not
+    body = helper.make_graph([helper.make_node("Neg", ["b"], ["a"], name="n1"),
+                              helper.make_node("Neg", ["a"], ["b"], name="n2")], "body", [],
+                             [helper.make_tensor_value_info("a", 1, [2])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "e", [],
+                              [helper.make_tensor_value_info("e", 1, [2])])
+    graph = helper.make_graph([helper.make_node("If", ["c"], ["y"], name="if",
+                                                then_branch=body, else_branch=other)], "g",
+                              [helper.make_tensor_value_info("x", 1, [2]),
+                               helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", 1, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(GraphfixError, match=r"cycle \(in If 'if'.then_branch\): Neg 'n1', "
+                       "Neg 'n2'"):
+        check_wellformed(model, "m.onnx")
+
+
+def test_a_name_that_is_not_utf8_is_found_wherever_the_nodes_hold_it():
+    for field in (b"relu", b"Relu", b"alpha", b"x"):  # node name, op, attribute, input
+        node = helper.make_node("LeakyRelu", ["x"], ["y"], name="relu", alpha=0.1)
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, [2])],
+                                  [helper.make_tensor_value_info("y", 1, [2])])
+        data = helper.make_model(graph).SerializeToString()
+        bad = b"\xff" + field[1:]  # the same length: the wire format holds
+        model = onnx.ModelProto.FromString(data.replace(field, bad))
+        with pytest.raises(GraphfixError, match="is not UTF-8 text"):
+            check_wellformed(model, "m.onnx")
+
+
 @pytest.mark.parametrize(("edit", "why"), [
     (lambda t: setattr(t, "raw_data", t.raw_data[:-4]), r"\(6 elements, 24 bytes\) but "
                                                         "holds 20 bytes"),
