@@ -33,6 +33,7 @@ A deferred tensor's file must stay in place while the model is in use.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Iterable
@@ -68,14 +69,22 @@ _RARE_HOLDERS = frozenset({_A.UNDEFINED, _A.TENSORS, _A.SPARSE_TENSOR, _A.SPARSE
 def tensor_nbytes(tensor: TensorProto) -> int | None:
     """Bytes of the tensor's raw data by its shape and type; None where that is unknown
     (strings, segments, a type numpy has no dtype for)."""
-    if tensor.data_type == TensorProto.STRING or tensor.HasField("segment"):
+    data_type = tensor.data_type
+    if data_type == TensorProto.STRING or tensor.HasField("segment"):
         return None
+    bits = _bits(data_type)
+    return None if bits is None else (math.prod(tensor.dims) * bits + 7) // 8
+
+
+@functools.cache
+def _bits(data_type: int) -> int | None:
+    """Bits per element of an ONNX data type; None where numpy has no dtype for it (once
+    per type: synthetic_1000's load asks for 12,000 tensors)."""
     try:
-        bits = PACKED_BITS.get(tensor.data_type) or 8 * onnx.helper.tensor_dtype_to_np_dtype(
-            tensor.data_type).itemsize
+        return PACKED_BITS.get(data_type) or 8 * onnx.helper.tensor_dtype_to_np_dtype(
+            data_type).itemsize
     except (KeyError, ValueError, TypeError):
         return None
-    return (math.prod(tensor.dims) * bits + 7) // 8
 
 
 # --- deferring (io.load) -----------------------------------------------------------------

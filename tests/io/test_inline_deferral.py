@@ -64,6 +64,25 @@ def test_spans_are_where_protobuf_put_each_raw_data(saved):
             assert span.length == -1
 
 
+def test_without_raw_cuts_exactly_the_raw_data_of_at_least_the_length_asked(saved):
+    from graphfix.wire import without_raw
+
+    data = saved.read_bytes()
+    model = onnx.load(saved)
+    for min_length in (0, 257, 10000, 20000, 10**9):
+        kept, dropped = without_raw(data, min_length)
+        big = [t.name for t in model.graph.initializer
+               if t.HasField("raw_data") and len(t.raw_data) >= min_length]
+        assert [s.name for s in dropped] == big
+        cut = onnx.load_from_string(kept)
+        for before, after in zip(model.graph.initializer, cut.graph.initializer, strict=True):
+            if before.name in big:
+                assert not after.raw_data
+                after.raw_data = before.raw_data
+            assert after == before
+        assert cut.graph.node == model.graph.node
+
+
 def test_unusual_layouts_give_no_spans(saved):
     data = saved.read_bytes()
     graph_again = onnx.ModelProto(graph=onnx.load(saved).graph).SerializeToString()
