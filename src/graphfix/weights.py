@@ -199,13 +199,23 @@ def read_sample(tensor: TensorProto, window: int = SAMPLE_WINDOW) -> bytes:
     the samples agree."""
     info = reference(tensor)
     length = int(info.get("length", "0"))
-    out = []
-    with _open(tensor, info) as f:
-        start = f.tell()
-        for offset, size in _sample_windows(length, window):
-            f.seek(start + offset)
-            out.append(f.read(size))
-    return b"".join(out)
+    if not hasattr(os, "pread"):  # Windows: through Python's file object
+        out = []
+        with _open(tensor, info) as f:
+            start = f.tell()
+            for offset, size in _sample_windows(length, window):
+                f.seek(start + offset)
+                out.append(f.read(size))
+        return b"".join(out)
+    # a descriptor and pread: no buffered file object per tensor (dedup-constants samples
+    # synthetic_1000's 2,000 folded weights: 91 -> 72 ms)
+    start = int(info.get("offset", "0"))
+    fd = _open_fd(tensor, info)
+    try:
+        return b"".join(os.pread(fd, size, start + offset)
+                        for offset, size in _sample_windows(length, window))
+    finally:
+        os.close(fd)
 
 
 def sample(tensor: TensorProto | np.ndarray, window: int = SAMPLE_WINDOW) -> bytes | None:
@@ -387,12 +397,25 @@ def _open(tensor: TensorProto, info: dict[str, str]):
     try:
         f = open(path, "rb")  # noqa: SIM115 - returned to a with block
     except OSError as e:
-        raise GraphfixError(f"Cannot read the weights of tensor '{tensor.name}'",
-                            f"its external data file '{path}' cannot be opened "
-                            f"({e.strerror or e})", "keep the model's data file in place "
-                            "while graphfix uses the model") from e
+        raise _unopened(tensor, path, e) from e
     f.seek(int(info.get("offset", "0")))
     return f
+
+
+def _open_fd(tensor: TensorProto, info: dict[str, str]) -> int:
+    """`_open`'s file as a descriptor, for reading with os.pread."""
+    path = _path(info)
+    try:
+        return os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise _unopened(tensor, path, e) from e
+
+
+def _unopened(tensor: TensorProto, path: str, e: OSError) -> GraphfixError:
+    return GraphfixError(f"Cannot read the weights of tensor '{tensor.name}'",
+                         f"its external data file '{path}' cannot be opened "
+                         f"({e.strerror or e})", "keep the model's data file in place "
+                         "while graphfix uses the model")
 
 
 def _path(info: dict[str, str]) -> str:

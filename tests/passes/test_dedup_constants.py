@@ -3,6 +3,8 @@ idempotence, every skip reason, and no weight read when no duplicate is possible
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
@@ -519,3 +521,56 @@ def test_weights_a_pass_made_are_split_by_sample_before_any_is_read_whole(loads)
     assert dict(result.counts) == {SHARED_INITIALIZERS: 2}
     assert sorted(loads) == ["k0", "k0", "k1", "k4"]
     assert [n.inputs[1].name for n in graph.nodes] == ["k0", "k0", "k2", "k3", "k0"]
+
+
+def test_spilled_weights_carry_their_samples_so_none_is_read_back_for_one(monkeypatch):
+    """A weight spilled as a pass made it (`graph.convert.spilled`) keeps the sample taken
+    from its array, the same bytes as its file's windows: splitting by sample reads no
+    file, and only equal-looking weights are read whole."""
+    from graphfix import weights
+    from graphfix.graph.convert import settle_constants
+    from graphfix.spill import Spill
+
+    model = parse(HEADER + """
+    g (float[64,64] x) => (float[64,64] y) {
+        a = Add(x, x)
+        b = Add(a, a)
+        y = Add(b, b)
+    }""")
+    graph = to_graph(model)
+    rng = np.random.default_rng(4)
+    base = rng.standard_normal([64, 64]).astype(np.float32)
+    values = [base, rng.standard_normal([64, 64]).astype(np.float32), base.copy()]
+    for i, (node, value) in enumerate(zip(graph.nodes, values, strict=True)):
+        node.inputs[1] = gs.Constant(f"k{i}", value)
+    sampled, loads = [], []
+    read_sample, to_array = weights.read_sample, weights.to_array
+    monkeypatch.setattr(weights, "read_sample",
+                        lambda t, *a: sampled.append(t.name) or read_sample(t, *a))
+    monkeypatch.setattr(weights, "to_array", lambda t: loads.append(t.name) or to_array(t))
+    with Spill() as spill:
+        settle_constants(graph, spill)
+        for node in graph.nodes:
+            lazy = node.inputs[1]._values
+            assert weights.is_deferred(lazy.tensor)
+            assert lazy.sample == read_sample(lazy.tensor)
+        sampled.clear()
+        result = DedupConstants().run(graph, PassContext())
+        assert sampled == []
+        assert dict(result.counts) == {SHARED_INITIALIZERS: 1}
+        assert sorted(loads) == ["k0", "k0", "k2"]
+        assert [n.inputs[1].name for n in graph.nodes] == ["k0", "k1", "k0"]
+
+
+def test_a_file_sample_is_the_same_without_pread(tmp_path, monkeypatch):
+    from graphfix import io, weights
+
+    value = np.random.default_rng(3).standard_normal([100, 70]).astype(np.float32)
+    nodes = [helper.make_node("Add", ["x", "w"], ["y"])]
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(nodes, [_value("x", [100, 70])], [_value("y", [100, 70])],
+                     [numpy_helper.from_array(value, "w")]), path)
+    deferred = io.load(path, weights=False).graph.initializer[0]
+    with_pread = weights.read_sample(deferred)
+    monkeypatch.delattr(os, "pread")
+    assert weights.read_sample(deferred) == with_pread == weights.sample(value)

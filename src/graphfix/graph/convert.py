@@ -71,7 +71,10 @@ def _keep_type_attributes(model: onnx.ModelProto, graph: gs.Graph) -> None:
 
 class _DeferredValues(LazyValues):
     """gs's lazy values of a weight left in its file (`graphfix.weights`): read from the
-    file on each load; export writes the reference back."""
+    file on each load; export writes the reference back. `sample`: `weights.sample` of
+    the values when they were at hand as they were written (`spilled`), else None."""
+
+    sample: bytes | None = None
 
     def load(self) -> np.ndarray:
         return weights.to_array(self.tensor)
@@ -149,8 +152,12 @@ def settle_constants(graph: gs.Graph, spill=None) -> int:
 
 def spilled(spill, name: str, values: np.ndarray) -> LazyValues:
     """`values` written to `spill` (`graphfix.spill.Spill`), as the lazy values of a
-    constant named `name` that refer to them there (`settle_constants`)."""
-    return _DeferredValues(spill.put(name, values))
+    constant named `name` that refer to them there (`settle_constants`). They carry their
+    sample (`weights.sample`), taken from the array: dedup-constants compares samples
+    first, and read 2,000 of them back from the spill on synthetic_1000 (50 ms)."""
+    deferred = _DeferredValues(spill.put(name, values))
+    deferred.sample = weights.sample(values)
+    return deferred
 
 
 def export_skeleton(graph: gs.Graph) -> onnx.ModelProto:

@@ -31,6 +31,7 @@ Each duplicate redirected to its keeper is one rewrite for a rewrite budget
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections import defaultdict
@@ -289,6 +290,9 @@ def _sampler(values: Any) -> Callable[[], bytes | None] | None:
     dtype and shape) were all hashed whole in the round after it: 144 ms -> 77 ms."""
     if isinstance(values, np.ndarray):
         return lambda: weights.sample(values)
+    known = getattr(values, "sample", None)  # taken as it was spilled (`graph.convert`)
+    if isinstance(known, bytes):
+        return lambda: known
     tensor = getattr(values, "tensor", None)
     if tensor is None:
         return None
@@ -315,8 +319,10 @@ def _same_bytes(a: bytes, b: bytes) -> bool:
     return np.array_equal(np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8))
 
 
+@functools.cache
 def _dtype_key(dtype: Any) -> tuple:
-    """A hashable dtype: numpy's name and byte layout, or the ONNX type number gs kept.
+    """A hashable dtype: numpy's name and byte layout, or the ONNX type number gs kept
+    (once per dtype: numpy makes the name anew each time it is asked).
 
     The name separates ml_dtypes types that share a layout ('<V1' for every float8).
     """
