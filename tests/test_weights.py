@@ -10,6 +10,7 @@ from gfhelpers import conv_bn_model
 from onnx import TensorProto, helper, numpy_helper
 
 from graphfix import api, io, weights
+from graphfix.errors import GraphfixError
 from graphfix.graph import to_graph, to_model
 from graphfix.runtime.session import run_model
 
@@ -194,3 +195,21 @@ def test_a_model_whose_only_deferred_weight_is_an_attribute_runs(tmp_path):
                               ir_version=8)
     np.testing.assert_array_equal(make_session(model).run(None, {})[0], -values)
     assert weights.deferred(model)  # the caller's model keeps its reference
+
+
+def test_a_piece_reader_reads_any_range_and_says_when_the_file_got_shorter(tmp_path):
+    from graphfix.spill import Spill
+
+    values = np.arange(1000, dtype=np.float32)
+    with Spill() as spill:
+        tensor = spill.put("w", values)
+        with weights.PieceReader.open(tensor) as reader:
+            out = np.empty(7, np.float32)
+            reader.read_into(out, 993)
+            np.testing.assert_array_equal(out, values[993:])
+            with open(weights.data_file(tensor), "r+b") as f:
+                f.truncate(int(weights.reference(tensor)["offset"]) + 40)
+            with pytest.raises(GraphfixError, match="became shorter"):
+                reader.read_into(out, 5)
+    inline = numpy_helper.from_array(values, "w")
+    assert weights.PieceReader.open(inline) is None  # not in a file: read it whole

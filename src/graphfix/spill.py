@@ -52,22 +52,22 @@ class Spill:
         """Write `values` (a numpy-typed array) to the spill; returns the deferred
         TensorProto that refers to them. Safe to call from several threads."""
         data = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<"))
+        region = self.reserve(data.nbytes)
+        region.write(data, 0)
+        return region.tensor(name, data.dtype, data.shape)
+
+    def reserve(self, nbytes: int) -> Region:
+        """A range of `nbytes` of the spill (aligned) for one tensor, to write in pieces
+        (`Region.write`, from any thread) and then refer to (`Region.tensor`)."""
         with self._lock:
             if self._fd is None:
                 self.dir = tempfile.mkdtemp(prefix="graphfix-spill-")
                 self._fd = os.open(os.path.join(self.dir, FILE_NAME),
                                    os.O_WRONLY | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600)
             offset = -self._end % ALIGN + self._end
-            self._end = offset + data.nbytes
-            self.bytes += data.nbytes
-            fd, path = self._fd, os.path.join(self.dir, FILE_NAME)
-        self._write_at(fd, memoryview(data).cast("B"), offset)
-        tensor = TensorProto()
-        tensor.name = name
-        tensor.data_type = helper.np_dtype_to_tensor_dtype(data.dtype)
-        tensor.dims.extend(data.shape)
-        weights.defer_in_file(tensor, path, offset, data.nbytes)
-        return tensor
+            self._end = offset + nbytes
+            self.bytes += nbytes
+            return Region(self, self._fd, os.path.join(self.dir, FILE_NAME), offset, nbytes)
 
     def _write_at(self, fd: int, view: memoryview, offset: int) -> None:
         """All of `view` at `offset`, unbuffered (readers open the file by name); where
@@ -91,3 +91,27 @@ class Spill:
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+
+
+class Region:
+    """A tensor's range of the spill (`Spill.reserve`)."""
+
+    def __init__(self, spill: Spill, fd: int, path: str, offset: int, nbytes: int) -> None:
+        self.spill, self.fd, self.path = spill, fd, path
+        self.offset, self.nbytes = offset, nbytes
+
+    def write(self, data: np.ndarray, at: int) -> None:
+        """`data`'s bytes (C order, as they are) at byte `at` of the range."""
+        view = memoryview(data).cast("B")
+        if at < 0 or at + len(view) > self.nbytes:
+            raise ValueError(f"{len(view)} bytes at {at} do not fit a range of {self.nbytes}")
+        self.spill._write_at(self.fd, view, self.offset + at)  # noqa: SLF001 - its own
+
+    def tensor(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> TensorProto:
+        """The deferred TensorProto of the range, holding `shape` of little-endian `dtype`."""
+        tensor = TensorProto()
+        tensor.name = name
+        tensor.data_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        tensor.dims.extend(shape)
+        weights.defer_in_file(tensor, self.path, self.offset, self.nbytes)
+        return tensor

@@ -325,6 +325,44 @@ def mapped(tensor: TensorProto) -> np.ndarray:
         return to_array(tensor)
 
 
+class PieceReader:
+    """Reads a deferred tensor's raw data a piece at a time into the caller's buffer,
+    with os.preadv: no array of the whole tensor (fold-bn scales Conv weights a block of
+    output channels at a time into the spill, `passes.fold_bn`). `open` gives None where
+    that cannot be done (not deferred, not numpy's own layout, no preadv); the caller
+    then reads the whole tensor (`to_array`)."""
+
+    def __init__(self, tensor: TensorProto, fd: int, offset: int, dtype: np.dtype) -> None:
+        self.tensor, self.fd, self.offset, self.dtype = tensor, fd, offset, dtype
+
+    @classmethod
+    def open(cls, tensor: TensorProto) -> PieceReader | None:
+        dtype = _raw_dtype(tensor) if is_deferred(tensor) else None
+        if dtype is None or not hasattr(os, "preadv"):
+            return None
+        info = reference(tensor)
+        return cls(tensor, _open_fd(tensor, info), int(info.get("offset", "0")), dtype)
+
+    def read_into(self, out: np.ndarray, element: int) -> None:
+        """Fill `out` (C-contiguous, of `self.dtype`) from element `element` on."""
+        view = memoryview(out).cast("B")
+        at, done = self.offset + element * self.dtype.itemsize, 0
+        while done < len(view):
+            got = os.preadv(self.fd, [view[done:]], at + done)
+            if got <= 0:
+                raise _short(self.tensor, reference(self.tensor))
+            done += got
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> PieceReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def _read_into(tensor: TensorProto) -> None:
     tensor.raw_data = read_bytes(tensor)
     tensor.ClearField("data_location")

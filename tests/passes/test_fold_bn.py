@@ -556,6 +556,49 @@ def test_workers_write_the_new_weights_to_the_runs_spill(monkeypatch):
         np.testing.assert_array_equal(run_model(got, feeds)["y"], run_model(expected, feeds)["y"])
 
 
+def test_weights_in_their_file_are_scaled_block_by_block_into_the_spill(tmp_path, monkeypatch):
+    # the input's weights deferred to its file (io.load(weights=False)); each new weight
+    # is read, scaled and written a few output channels at a time, the last block short
+    from graphfix import io, weights
+    from graphfix.graph import to_graph
+    from graphfix.passes import fold_bn
+    from graphfix.spill import Spill
+
+    monkeypatch.setattr(fold_bn, "_ASYNC_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(fold_bn, "_BLOCK", 3 * 16 * 9)  # 3 of 16 output channels a block
+    pieces = []
+    read_into = weights.PieceReader.read_into
+    monkeypatch.setattr(weights.PieceReader, "read_into",
+                        lambda self, out, at: pieces.append((at, out.size))
+                        or read_into(self, out, at))
+    rng = np.random.default_rng(8)
+    model = _many_convs(rng, 3, [16, 16, 3, 3])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    graph = to_graph(io.load(path, weights=False))
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    with Spill() as spill:
+        ctx = PassContext()
+        ctx.spill = spill
+        assert FoldBatchNorm().run(graph, ctx).changed
+        # per weight: channels 0-2, 3-5, 6-8, 9-11, 12-14, then 15 alone
+        one = [(at, 3 * 144) for at in range(0, 15 * 144, 3 * 144)] + [(15 * 144, 144)]
+        assert sorted(pieces) == sorted(one * 3)
+        for conv in (n for n in graph.nodes if n.op == "Conv"):
+            i = conv.name.removeprefix("conv")
+            bn = {p: inits[f"bn{i}_{p}"].astype(np.float64) for p in BN_PARAMS}
+            scale = bn["scale"] / np.sqrt(bn["var"] + 1e-5)
+            w = inits[f"W{i}"]
+            expected = (w.astype(np.float64) * scale[:, None, None, None]).astype(w.dtype)
+            lazy = conv.inputs[1]._values
+            assert weights.is_deferred(lazy.tensor)
+            got = lazy.load()
+            assert got.dtype == w.dtype
+            bits = f"u{w.dtype.itemsize}"
+            np.testing.assert_array_equal(got.view(bits), expected.view(bits))
+            assert lazy.sample == weights.sample(expected)
+
+
 def test_a_worker_that_fails_fails_the_pass(monkeypatch):
     from graphfix.passes import fold_bn
 

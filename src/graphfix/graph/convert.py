@@ -155,8 +155,14 @@ def spilled(spill, name: str, values: np.ndarray) -> LazyValues:
     constant named `name` that refer to them there (`settle_constants`). They carry their
     sample (`weights.sample`), taken from the array: dedup-constants compares samples
     first, and read 2,000 of them back from the spill on synthetic_1000 (50 ms)."""
-    deferred = _DeferredValues(spill.put(name, values))
-    deferred.sample = weights.sample(values)
+    return deferred_values(spill.put(name, values), weights.sample(values))
+
+
+def deferred_values(tensor: onnx.TensorProto, sample: bytes | None = None) -> LazyValues:
+    """gs's lazy values of a deferred tensor (`graphfix.weights`), with its `sample` when
+    the caller has it."""
+    deferred = _DeferredValues(tensor)
+    deferred.sample = sample
     return deferred
 
 

