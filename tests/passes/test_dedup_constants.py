@@ -495,27 +495,30 @@ def test_a_sample_is_the_same_bytes_from_a_file_a_proto_and_an_array(tmp_path):
     assert weights.sample(typed) is None
 
 
+def _adds_of(values: list[np.ndarray]) -> gs.Graph:
+    """x -> Add -> Add -> ... -> y, one Add per value, the i-th adding constant k<i>."""
+    names = [f"t{i}" for i in range(len(values) - 1)] + ["y"]
+    lines = "\n".join(f"        {out} = Add({src}, {src})"
+                      for src, out in zip(["x", *names[:-1]], names, strict=True))
+    graph = to_graph(parse(HEADER + f"""
+    g (float[64,64] x) => (float[64,64] y) {{
+{lines}
+    }}"""))
+    for i, (node, value) in enumerate(zip(graph.nodes, values, strict=True)):
+        node.inputs[1] = gs.Constant(f"k{i}", value)
+    return graph
+
+
 def test_weights_a_pass_made_are_split_by_sample_before_any_is_read_whole(loads):
     """fold-bn leaves new weights as arrays or as their inline protos (`settle_constants`);
     many of one dtype and shape are split by sampled windows, so only equal-looking ones
     are read: k0, k1 and k4 (k0 again, to confirm k1 byte for byte), never k2 or k3."""
     from graphfix.graph.convert import settle_constants
 
-    model = parse(HEADER + """
-    g (float[64,64] x) => (float[64,64] y) {
-        a = Add(x, x)
-        b = Add(a, a)
-        c = Add(b, b)
-        d = Add(c, c)
-        y = Add(d, d)
-    }""")
-    graph = to_graph(model)
     rng = np.random.default_rng(2)
     base = rng.standard_normal([64, 64]).astype(np.float32)
-    values = [base, base.copy(), rng.standard_normal([64, 64]).astype(np.float32),
-              rng.standard_normal([64, 64]).astype(np.float32), base.copy()]
-    for i, (node, value) in enumerate(zip(graph.nodes, values, strict=True)):
-        node.inputs[1] = gs.Constant(f"k{i}", value)
+    graph = _adds_of([base, base.copy(), rng.standard_normal([64, 64]).astype(np.float32),
+                      rng.standard_normal([64, 64]).astype(np.float32), base.copy()])
     settle_constants(graph)  # k0..k4 become lazy over their protos (>= 1025 elements)
     result = DedupConstants().run(graph, PassContext())
     assert dict(result.counts) == {SHARED_INITIALIZERS: 2}
@@ -531,18 +534,9 @@ def test_spilled_weights_carry_their_samples_so_none_is_read_back_for_one(monkey
     from graphfix.graph.convert import settle_constants
     from graphfix.spill import Spill
 
-    model = parse(HEADER + """
-    g (float[64,64] x) => (float[64,64] y) {
-        a = Add(x, x)
-        b = Add(a, a)
-        y = Add(b, b)
-    }""")
-    graph = to_graph(model)
     rng = np.random.default_rng(4)
     base = rng.standard_normal([64, 64]).astype(np.float32)
-    values = [base, rng.standard_normal([64, 64]).astype(np.float32), base.copy()]
-    for i, (node, value) in enumerate(zip(graph.nodes, values, strict=True)):
-        node.inputs[1] = gs.Constant(f"k{i}", value)
+    graph = _adds_of([base, rng.standard_normal([64, 64]).astype(np.float32), base.copy()])
     sampled, loads = [], []
     read_sample, to_array = weights.read_sample, weights.to_array
     monkeypatch.setattr(weights, "read_sample",
