@@ -125,10 +125,10 @@ class _Workers:
     so no pending value outlives the pass.
 
     With the run's spill (`PassContext.spill`), a worker writes the weight of a
-    main-graph Conv there itself and the constant gets the deferred reference
-    (`graph.convert.spilled`), as the manager would have given it on the main thread
-    after the pass (`settle_constants`): fcos_resnet50_fpn's 100 MB, 30 ms there, cost
-    the workers about 10 ms more than they took without."""
+    main-graph Conv there itself (a block of channels at a time where it can,
+    `_streamed`) and the constant gets the deferred reference, as the manager would have
+    given it on the main thread after the pass (`settle_constants`, 30 ms for
+    fcos_resnet50_fpn's 100 MB)."""
 
     def __init__(self, spill=None) -> None:
         self.pool: ThreadPoolExecutor | None = None
