@@ -414,3 +414,29 @@ def test_trt_prep_reaches_a_fixed_point_with_the_copy():
         for name, ref in want.items():
             scale = float(np.abs(ref).max())
             np.testing.assert_allclose(got[name], ref, rtol=0, atol=1e-6 * scale, err_msg=name)
+
+
+def test_a_dim_named_like_an_input_dim_is_sized_without_inference(monkeypatch):
+    """A Conv output the graph records as [N, 64, 16, 16], with the input [N, 8, 16, 16]
+    given as 1x8x16x16: N is 1 there (ONNX inference names a dim after the input's when
+    it is that dim), so no inference runs; a name given two sizes is not used."""
+    import onnx_graphsurgeon as gs
+
+    from graphfix.passes import _conv_copy
+
+    model = onnx.shape_inference.infer_shapes(_chain(EXPAND_1X1, chain="mul",
+                                                     x_dims=["N", 8, 16, 16]))
+    inferred = []
+    real = _conv_copy._infer
+    monkeypatch.setattr(_conv_copy, "_infer", lambda *a: inferred.append(1) or real(*a))
+    graph = to_graph(model)
+    conv = next(n for n in graph.nodes if n.op == "Conv")
+    assert conv.outputs[0].shape == ["N", 64, 16, 16]
+    book = _conv_copy.ShapeBook(graph, {"x": (1, 8, 16, 16)})
+    assert _conv_copy.copy_cost(conv, book).macs == 16 * 16 * 64 * 8
+    assert inferred == []
+    # two inputs that say N twice, with two sizes: inference decides
+    graph.inputs.append(gs.Variable("z", np.float32, ["N"]))
+    book = _conv_copy.ShapeBook(graph, {"x": (1, 8, 16, 16), "z": (3,)})
+    book.shape(conv.outputs[0])
+    assert inferred == [1]

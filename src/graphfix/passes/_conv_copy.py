@@ -257,27 +257,53 @@ def _amount(value: float, unit: str) -> str:
 
 
 class ShapeBook:
-    """Static tensor shapes: the tensor's own, else what an earlier inference of the run
-    found for its name (`known`, `PassContext.static_shapes`, which this book adds to),
-    else ONNX shape inference of the graph at `input_shapes` (run once, on first need;
-    a failed inference knows nothing)."""
+    """Static tensor shapes: the tensor's own; else its own with the named dims of the
+    graph inputs set as `input_shapes` sets them (a Conv output [batch, 64, 112, 112]
+    with the input [batch, 3, 224, 224] given as 1x3x224x224: ONNX inference names a dim
+    after the input's when it is that dim); else what an earlier inference of the run
+    found for its name (`known`, `PassContext.static_shapes`, which this book adds to);
+    else ONNX shape inference of the graph at `input_shapes` (run once, on first need; a
+    failed inference knows nothing). Only a cost model reads these (maxvit_t: fold-bn's
+    inference for its copy decisions, 35 ms, is not needed)."""
 
     def __init__(self, graph: gs.Graph, input_shapes: dict[str, tuple[int, ...]],
                  known: dict[str, tuple[int, ...]] | None = None) -> None:
         self.graph, self.input_shapes = graph, input_shapes
         self.known = {} if known is None else known
         self._inferred: dict[str, tuple[int, ...]] | None = None
+        self._named: dict[str, int] | None = None
 
     def shape(self, tensor: gs.Tensor) -> tuple[int, ...] | None:
         own = _static(tensor.shape)
         if own is not None:
             return own
+        named = _static(self._with_input_dims(tensor.shape))
+        if named is not None:
+            return named
         if tensor.name in self.known:
             return self.known[tensor.name]
         if self._inferred is None:
             self._inferred = _infer(self.graph, self.input_shapes)
             self.known.update(self._inferred)
         return self._inferred.get(tensor.name)
+
+
+    def _with_input_dims(self, shape) -> list | None:
+        """`shape` with each dim named like a graph input's dim given a size in
+        `input_shapes` set to that size (a name given two sizes is left as it is)."""
+        if shape is None or not any(isinstance(d, str) for d in shape):
+            return shape
+        if self._named is None:
+            sizes: dict[str, set[int]] = {}
+            for t in self.graph.inputs:
+                given = self.input_shapes.get(t.name)
+                if given is None or t.shape is None or len(t.shape) != len(given):
+                    continue
+                for d, size in zip(t.shape, given, strict=True):
+                    if isinstance(d, str) and d:
+                        sizes.setdefault(d, set()).add(int(size))
+            self._named = {d: next(iter(v)) for d, v in sizes.items() if len(v) == 1}
+        return [self._named.get(d, d) if isinstance(d, str) else d for d in shape]
 
 
 def _static(shape) -> tuple[int, ...] | None:
