@@ -271,7 +271,14 @@ class ShapeBook:
         self.graph, self.input_shapes = graph, input_shapes
         self.known = {} if known is None else known
         self._inferred: dict[str, tuple[int, ...]] | None = None
-        self._named: dict[str, int] | None = None
+        sizes: dict[str, set[int]] = {}  # the sizes `input_shapes` gives each named dim
+        for t in graph.inputs:
+            given = input_shapes.get(t.name)
+            if given is not None and t.shape is not None and len(t.shape) == len(given):
+                for d, size in zip(t.shape, given, strict=True):
+                    if isinstance(d, str) and d:
+                        sizes.setdefault(d, set()).add(int(size))
+        self._named = {d: next(iter(v)) for d, v in sizes.items() if len(v) == 1}
 
     def shape(self, tensor: gs.Tensor) -> tuple[int, ...] | None:
         own = _static(tensor.shape)
@@ -291,18 +298,8 @@ class ShapeBook:
     def _with_input_dims(self, shape) -> list | None:
         """`shape` with each dim named like a graph input's dim given a size in
         `input_shapes` set to that size (a name given two sizes is left as it is)."""
-        if shape is None or not any(isinstance(d, str) for d in shape):
-            return shape
-        if self._named is None:
-            sizes: dict[str, set[int]] = {}
-            for t in self.graph.inputs:
-                given = self.input_shapes.get(t.name)
-                if given is None or t.shape is None or len(t.shape) != len(given):
-                    continue
-                for d, size in zip(t.shape, given, strict=True):
-                    if isinstance(d, str) and d:
-                        sizes.setdefault(d, set()).add(int(size))
-            self._named = {d: next(iter(v)) for d, v in sizes.items() if len(v) == 1}
+        if shape is None:
+            return None
         return [self._named.get(d, d) if isinstance(d, str) else d for d in shape]
 
 

@@ -486,15 +486,19 @@ _BLOCK = 1 << 16
 """Elements per block of `_scaled` (0.5 MiB of float64: stays in the CPU's cache)."""
 
 
+def _source(weight: gs.Constant) -> LazyValues | None:
+    """The weight's lazy values when each load reads them anew from their source (a
+    deferred weight's file, `weights.to_array`; gs's proto): not gs's cached array, not a
+    worker's result (`_Pending`)."""
+    raw = weight._values  # noqa: SLF001 - gs has no public non-caching read
+    return raw if isinstance(raw, LazyValues) and not isinstance(raw, _Pending) else None
+
+
 def _private_value(weight: gs.Constant) -> tuple[np.ndarray, bool]:
     """A large Conv weight's values, and whether the array is this caller's own to write
-    into: read fresh from its lazy values (a deferred weight's file is read into a new
-    writable array each time, `weights.to_array`), not gs's cached array or a worker's
-    result (`_Pending`)."""
-    raw = weight._values  # noqa: SLF001 - gs has no public non-caching read
+    into: read anew from its source (`_source`) into a writable array."""
     value = constant_value(weight)
-    own = (isinstance(raw, LazyValues) and not isinstance(raw, _Pending)
-           and value is not None and value.flags.writeable)
+    own = _source(weight) is not None and value is not None and value.flags.writeable
     return value, own
 
 
@@ -502,12 +506,11 @@ def _streamed(weight: gs.Constant, s: np.ndarray, spill, name: str) -> LazyValue
     """`_scaled(weight's values, s)` written to `spill` a block of output channels at a
     time, each read from the weight's file into one reused buffer (`weights.
     PieceReader`), so no array of the whole weight is made; its lazy values, or None
-    where the weight is not read from a file that way. The same products, so the same
-    bits as `_scaled`. fcos_resnet50_fpn's 100 MB of new weights need no new memory but
+    where the weight is not read from a file that way. Each block is `_scaled` in place,
+    so the bits are `_scaled`'s. fcos_resnet50_fpn's 100 MB of new weights need no new memory but
     the spill's: its fold-bn 105 -> 71 ms (medians of five, `--no-check`)."""
-    raw = weight._values  # noqa: SLF001 - gs has no public non-caching read
-    tensor = getattr(raw, "tensor", None)
-    if tensor is None or isinstance(raw, _Pending) or not isinstance(raw, LazyValues):
+    tensor = getattr(_source(weight), "tensor", None)
+    if tensor is None:
         return None
     reader = weights.PieceReader.open(tensor)
     if reader is None:
@@ -522,8 +525,7 @@ def _streamed(weight: gs.Constant, s: np.ndarray, spill, name: str) -> LazyValue
             count = min(rows, shape[0] - start)
             piece = buffer[:count * row]
             reader.read_into(piece, start * row)
-            block = piece.reshape((count,) + shape[1:])
-            block[...] = np.multiply(block, s[start:start + count], dtype=np.float64)
+            _scaled(piece.reshape((count,) + shape[1:]), s[start:start + count], True)
             region.write(piece, start * row * dtype.itemsize)
     out = region.tensor(name, dtype, shape)
     return deferred_values(out, weights.read_sample(out))
