@@ -111,6 +111,35 @@ def test_large_new_arrays_are_kept_as_protos_and_export_the_same():
     assert settle_constants(graph) == 0  # a second call finds nothing to do
 
 
+def test_an_export_never_writes_to_the_model_its_constants_came_from():
+    """gs writes a renamed constant's name into the imported model's own TensorProto;
+    the output check's thread reads that model while the passes export (`runtime.outputs`).
+    The export, and a fold's closure model, carry the new name in a copy."""
+    from graphfix.passes._fold_closure import closure_model
+
+    model = parse('<ir_version: 8, opset_import: ["" : 17]>' + """
+    g (float[2] x) => (float[2] y, float[2] z) <float[2] w = {1.0, 2.0}, float[2] v = {3.0, 4.0}> {
+        y = Add(x, w)
+        z = Neg(v)
+    }""")
+    before = model.SerializeToString()
+    graph = to_graph(model)
+    w, v = graph.nodes[0].inputs[1], graph.nodes[1].inputs[0]
+    assert isinstance(w._values, LazyValues) and isinstance(v._values, LazyValues)
+    w.name, v.name = "w_renamed", "v_renamed"
+    ours = export_model(graph)
+    closure = closure_model([graph.nodes[1]], graph.nodes[1].outputs, graph)
+    assert model.SerializeToString() == before
+    assert [t.name for t in ours.graph.initializer] == ["w_renamed", "v_renamed"]
+    assert [t.name for t in closure.graph.initializer] == ["v_renamed"]
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(ours.graph.initializer[0]),
+                                  [1.0, 2.0])
+    unchanged = export_model(to_graph(model))  # a name as it was: the source, copied
+    assert unchanged.graph.initializer[1].SerializeToString() == model.graph.initializer[1] \
+        .SerializeToString()
+    onnx.checker.check_model(ours)
+
+
 @pytest.mark.parametrize("value", [3, -1, 2**40, 0.1, float("inf"), "abc", "", "é",
                                    [1, 2, 3], [0.5, 2.0], [7]])
 def test_plain_attributes_are_filled_as_make_attribute_writes_them(value):

@@ -86,7 +86,7 @@ def _fill(proto: onnx.GraphProto, graph: gs.Graph, max_elements: int | None = No
                 proto.input.append(helper.make_tensor_value_info(
                     t.name, _constant_elem_type(t), list(t.shape)))
         constants = [t for t in constants if id(t) not in large]
-    proto.initializer.extend(OnnxExporter.export_tensor_proto(t) for t in constants
+    proto.initializer.extend(tensor_proto(t) for t in constants
                              if not isinstance(t._values, SparseValues))
     proto.sparse_initializer.extend(OnnxExporter.export_sparse_tensor_proto(t)
                                     for t in constants if isinstance(t._values, SparseValues))
@@ -97,6 +97,25 @@ def _fill(proto: onnx.GraphProto, graph: gs.Graph, max_elements: int | None = No
             _fill_value_info(proto.value_info, t)
     if graph.doc_string:
         proto.doc_string = graph.doc_string
+
+
+def tensor_proto(t: gs.Constant) -> onnx.TensorProto:
+    """What `OnnxExporter.export_tensor_proto(t)` returns, for the caller to copy, without
+    writing to the model the constant was imported from. gs hands back a lazily loaded
+    constant's own TensorProto with the constant's name written into it: an edit of the
+    input model on every export, while the output check's thread reads that model
+    (`runtime.outputs`). Here the source is returned as it is when the name is the same,
+    and a renamed copy when not."""
+    values = t._values
+    if not isinstance(values, LazyValues):
+        return OnnxExporter.export_tensor_proto(t)
+    source = values.tensor
+    if source.name == t.name:
+        return source
+    renamed = onnx.TensorProto()
+    renamed.CopyFrom(source)
+    renamed.name = t.name
+    return renamed
 
 
 def _fill_value_info(field, tensor: gs.Tensor) -> None:

@@ -33,7 +33,7 @@ from onnx import helper
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
 from graphfix.graph import all_graphs, is_graph_output
-from graphfix.graph.export import fill_node
+from graphfix.graph.export import fill_node, tensor_proto
 from graphfix.graph.rewire import constant_value
 from graphfix.graph.walk import foreign_tensors
 from graphfix.passes._fold_numpy import evaluate as evaluate_exactly
@@ -253,7 +253,7 @@ def closure_model(nodes: list[gs.Node], outputs: list[gs.Tensor], top: gs.Graph
     for node in nodes:
         for t in node.inputs:
             if t.name and id(t) not in inside and t.name not in initializers:
-                initializers[t.name] = OnnxExporter.export_tensor_proto(t)
+                initializers[t.name] = tensor_proto(t)
     model = onnx.ModelProto()  # filled in place, as graph.export does: no copies
     body = model.graph
     body.name = "fold"
