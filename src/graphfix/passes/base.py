@@ -108,6 +108,12 @@ class PassContext:
     (maxvit_t: fold-bn's second round inferred 38 ms to size one Conv). Only a cost
     model reads them; never restored (they were true of the graph they were found in)."""
 
+    rounds_follow: bool = False
+    """The pass runs in a preset's round: the manager infers the whole graph's shapes at
+    the round's end and runs another round when any pass changed the graph. A pass may
+    then leave to that round what only a whole-graph inference would show it
+    (fold-constants' last inference, which decides its fixed point when it runs alone)."""
+
     spill: Any = None
     """The run's spill file (`graphfix.spill.Spill`), or None: the pass manager sets it for
     the passes it runs. A pass that computes large weights in worker threads may write
@@ -137,7 +143,7 @@ class PassContext:
 
 
 _NOT_RESTORED = ("trt", "rewrites", "plugin_rules", "shapes_inferred", "static_shapes",
-                 "spill")
+                 "spill", "rounds_follow")
 LIMIT_REACHED = "rewrite limit reached"
 
 

@@ -84,14 +84,14 @@ class FoldConstants(Pass):
         threshold = self.options.size_threshold or None
         runaway = runaway_loops(graph)  # refused by make_session, said in a note
         with G_LOGGER.suppress():
-            shapes, inlined, updated = self._rounds(graph, threshold)
+            shapes, inlined, updated = self._rounds(graph, threshold, ctx.rounds_follow)
             annotated += updated
             again = self.options.shapes and (shapes or not refined)
             may_fold, updated = (_refine_symbolically(graph, ctx.input_shapes)
                                  if again else (False, 0))
             annotated += updated
             if may_fold:
-                more = self._rounds(graph, threshold)
+                more = self._rounds(graph, threshold, ctx.rounds_follow)
                 shapes, inlined = shapes + more[0], inlined + more[1]
                 annotated += more[2]
         if inlined and any(t.shape is None for t in _range_inputs(graph)):
@@ -112,7 +112,8 @@ class FoldConstants(Pass):
             result.notes.append(Note("graph", "no node has only constant inputs"))
         return result
 
-    def _rounds(self, graph: gs.Graph, threshold: int | None) -> tuple[int, int, int]:
+    def _rounds(self, graph: gs.Graph, threshold: int | None,
+                rounds_follow: bool = False) -> tuple[int, int, int]:
         """Fold shapes and evaluate until no Shape folds (at most `MAX_ROUNDS`); returns
         how many Shapes folded, how many Ifs were inlined and how many tensors inference
         gave a new shape or dtype.
@@ -141,7 +142,9 @@ class FoldConstants(Pass):
                     functools.partial(_fold_on_the_way, threshold=threshold, read={}),
                     functools.partial(_reshaped, opset=opset_of(graph)))
                 whole = False
-            elif whole:
+            elif whole or rounds_follow:
+                # in a preset's round the manager's inference at the round's end, and the
+                # round after, decide the fixed point (`PassContext.rounds_follow`)
                 break
             else:
                 annotated += infer_shapes(graph)

@@ -616,10 +616,11 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
     graph = state.graph
     try:
         ctx.shapes_inferred = state.inferred is not None and not state.stale
+        ctx.rounds_follow = in_round
         try:
             result = pass_.run(graph, ctx)
         finally:
-            ctx.shapes_inferred = False
+            ctx.shapes_inferred = ctx.rounds_follow = False
         if defer and not result.changed and (not pass_.annotates_shapes
                                              or result.annotated is False):
             after = before  # taken at its word, checked later (`_Runner._check_unchanged`)
