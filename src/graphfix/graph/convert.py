@@ -12,6 +12,7 @@ from onnx_graphsurgeon.logger import G_LOGGER
 
 from graphfix import weights
 from graphfix.graph.export import export_model
+from graphfix.graph.importer import import_model
 from graphfix.graph.protos import all_nodes, graph_protos
 from graphfix.graph.rewire import constant_value, replace_in
 from graphfix.graph.skeleton import MAX_ELEMENTS, skeleton
@@ -26,7 +27,7 @@ def to_graph(model: onnx.ModelProto) -> gs.Graph:
     An IR version below `MIN_IR_VERSION` is raised to it (see there).
     """
     with G_LOGGER.suppress():
-        graph = gs.import_onnx(model)
+        graph = import_model(model)  # gs.import_onnx's objects, built directly
     if graph.ir_version is not None and 0 < graph.ir_version < MIN_IR_VERSION:
         graph.ir_version = MIN_IR_VERSION
     # gs keeps the model's own opset_import container; a copy keeps `model` untouched.
