@@ -29,7 +29,7 @@ import onnx
 from onnx import helper
 
 from graphfix import weights
-from graphfix.graph.protos import proto_label, subgraphs
+from graphfix.graph.protos import node_reads, proto_label, subgraphs
 
 MAX_IF_DEPTH = 8  # nesting levels of If inlined; deeper Ifs stay (their tensors uncompared)
 
@@ -70,30 +70,11 @@ def node_key(node: onnx.NodeProto) -> str:
     return node.name or (node.output[0] if node.output else "")
 
 
-def outer_refs(graph: onnx.GraphProto) -> set[str]:
-    """Names `graph` (or its subgraphs) reads from an enclosing scope."""
-    defined = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
-    defined |= {o for n in graph.node for o in n.output}
-    used = {i for n in graph.node for i in n.input if i}
-    for node in graph.node:
-        for sub in subgraphs(node):
-            used |= outer_refs(sub)
-    used |= {vi.name for vi in graph.output}
-    return used - defined
-
-
-def node_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
-    """Explicit inputs, then the outer-scope names its subgraphs read."""
-    names = [i for i in node.input if i]
-    for sub in subgraphs(node):
-        names.extend(sorted(outer_refs(sub)))
-    return tuple(dict.fromkeys(names))
-
-
 def prepare(model: onnx.ModelProto) -> Prepared:
     producers = {}
     for node in model.graph.node:
-        info = Producer(proto_label(node), node.op_type, node_key(node), node_inputs(node))
+        info = Producer(proto_label(node), node.op_type, node_key(node),
+                        tuple(node_reads(node)))
         producers.update({o: info for o in node.output if o})
     return Prepared(model, producers)
 
@@ -205,7 +186,7 @@ def _inline_one(graph: onnx.GraphProto, index: int, then: bool,
     prefix = f"{if_label}.{attr}"
     for inner in new_nodes:
         info = Producer(proto_label(inner, (prefix,)), inner.op_type, node_key(inner),
-                        node_inputs(inner))
+                        tuple(node_reads(inner)))
         producers.update({o: info for o in inner.output if o})
     for k, (src, dst) in enumerate(zip(branch.output, node.output, strict=False)):
         if dst and dst != src.name:

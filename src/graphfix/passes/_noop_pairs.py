@@ -171,11 +171,8 @@ def concat(node: gs.Node, view: View) -> Plan | str | None:
 def _only_concats_read(view: View, tensor: gs.Tensor) -> bool:
     """Whether `tensor` is a Concat's output in this graph, not a graph output, read by
     Concats only, each joining on that Concat's axis."""
-    if isinstance(tensor, gs.Constant) or len(tensor.inputs) != 1:
-        return False
-    inner = tensor.inputs[0]
-    if (not is_onnx(inner, "Concat") or id(inner) not in view.node_ids
-            or is_graph_output(view.g, tensor)):
+    inner = _producer(view, tensor, "Concat")
+    if not isinstance(inner, gs.Node):
         return False
     return all(is_onnx(reader, "Concat") and "axis" in reader.attrs
                and id(reader) in view.node_ids and _axis_refusal(reader, inner) is None
@@ -203,6 +200,15 @@ def _axis_refusal(node: gs.Node, inner: gs.Node) -> str | None:
 def _lone_producer(view: View, tensor: gs.Tensor, op: str) -> gs.Node | str | None:
     """The `op` node writing `tensor` when it feeds only the node at hand; a reason when
     an `op` writes it but cannot go; None when no `op` writes it."""
+    producer = _producer(view, tensor, op)
+    if isinstance(producer, gs.Node) and len(tensor.outputs) > 1:
+        return f"the {op} before it also feeds another node"
+    return producer
+
+
+def _producer(view: View, tensor: gs.Tensor, op: str) -> gs.Node | str | None:
+    """The `op` node writing `tensor` in this graph, not as a graph output; a reason when
+    an `op` writes it elsewhere or as a graph output; None when no `op` writes it."""
     if isinstance(tensor, gs.Constant) or len(tensor.inputs) != 1:
         return None
     producer = tensor.inputs[0]
@@ -212,8 +218,6 @@ def _lone_producer(view: View, tensor: gs.Tensor, op: str) -> gs.Node | str | No
         return f"the {op} before it is in an enclosing graph"
     if is_graph_output(view.g, tensor):
         return f"the {op} before it writes a graph output"
-    if len(tensor.outputs) > 1:
-        return f"the {op} before it also feeds another node"
     return producer
 
 
