@@ -25,7 +25,7 @@ def _gs(model: onnx.ModelProto) -> gs.Graph:
 
 def _ours(model: onnx.ModelProto) -> gs.Graph:
     with G_LOGGER.suppress():
-        return import_model(model)
+        return import_model(model)[0]
 
 
 class _Same:
@@ -131,9 +131,11 @@ def test_bodies_functions_sparse_and_odd_attributes_import_as_gs_imports_them():
     model = parse(BODIES)
     assert model.functions  # a model with functions: gs's own import, whole
     _assert_same_import(model)
+    assert import_model(model)[1]
     del model.functions[:]
     model.graph.node[2].domain = "other"
     _assert_same_import(model)  # the If's bodies: gs's, through the node's attributes
+    assert import_model(model)[1]  # gs imported a body
 
 
 def _odd_model() -> onnx.ModelProto:
@@ -200,4 +202,15 @@ def test_every_rare_case_of_a_main_graph_imports_as_gs_imports_it():
     assert clip.inputs[1].name == "" and clip.inputs[1] not in graph.tensors().values()
     assert type(graph.tensors()["w"]._values) is LazyValues
     assert graph.tensors()["a"].shape == ["n", 3]  # a shape once given is kept
+    assert "typed" not in graph.nodes[-1].attrs  # gs drops a TYPE_PROTO attribute
+
+
+def test_type_attributes_are_kept_when_asked_and_bodies_are_said():
+    model = _odd_model()
+    with G_LOGGER.suppress():
+        graph, bodies = import_model(model, keep_types=True)
+    assert not bodies
+    unknown = graph.nodes[-1]
+    assert list(unknown.attrs) == ["typed"]
+    assert unknown.attrs["typed"] == model.graph.node[-1].attribute[0].tp
     assert graph.tensors()["d"].shape == [None, 3]  # [] is no shape to gs: the later one

@@ -27,7 +27,8 @@ def to_graph(model: onnx.ModelProto) -> gs.Graph:
     An IR version below `MIN_IR_VERSION` is raised to it (see there).
     """
     with G_LOGGER.suppress():
-        graph = import_model(model)  # gs.import_onnx's objects, built directly
+        # gs.import_onnx's objects, built directly, with the main graph's type attributes
+        graph, bodies = import_model(model, keep_types=True)
     if graph.ir_version is not None and 0 < graph.ir_version < MIN_IR_VERSION:
         graph.ir_version = MIN_IR_VERSION
     # gs keeps the model's own opset_import container; a copy keeps `model` untouched.
@@ -48,7 +49,8 @@ def to_graph(model: onnx.ModelProto) -> gs.Graph:
                 # export keeps the proto (and its reference) while the values are lazy;
                 # values a pass sets are written inline, never marked external
                 t.data_location = None
-    _keep_type_attributes(model, graph)
+    if bodies:  # gs imported them, and dropped their nodes' type attributes
+        _keep_type_attributes(model, graph)
     return graph
 
 

@@ -50,13 +50,21 @@ def _numpy_type(elem: int):
         return found
 
 
-def import_model(model: onnx.ModelProto) -> gs.Graph:
-    """What `gs.import_onnx(model)` returns (module docstring)."""
+def import_model(model: onnx.ModelProto, keep_types: bool = False
+                 ) -> tuple[gs.Graph, bool]:
+    """What `gs.import_onnx(model)` returns (module docstring), and whether gs imported
+    any part of it whole (a body or a function: `keep_types` then did not reach it).
+
+    `keep_types`: a main-graph node keeps its TYPE_PROTO attributes (Optional's `type`),
+    which gs 0.6.1 drops, each as its TypeProto after the attributes gs converts (gs
+    exports a TypeProto value as one)."""
     if len(model.functions):
-        return gs.import_onnx(model)
-    return _Importer(OnnxImporter.get_opset(model), OnnxImporter.get_import_domains(model)
-                     ).graph(model.graph, model.producer_name, model.producer_version,
-                             model.ir_version)
+        return gs.import_onnx(model), True
+    importer = _Importer(OnnxImporter.get_opset(model), OnnxImporter.get_import_domains(model),
+                         keep_types)
+    graph = importer.graph(model.graph, model.producer_name, model.producer_version,
+                           model.ir_version)
+    return graph, importer.bodies
 
 
 def _synchronized(parent, field_name: str, items: list) -> SynchronizedList:
@@ -138,8 +146,9 @@ def _value_info(info: onnx.ValueInfoProto) -> gs.Variable:
 class _Importer:
     """gs's `OnnxImporter.import_graph` of a main graph (no outer tensors)."""
 
-    def __init__(self, opset, import_domains) -> None:
-        self.opset, self.import_domains = opset, import_domains
+    def __init__(self, opset, import_domains, keep_types: bool) -> None:
+        self.opset, self.import_domains, self.keep_types = opset, import_domains, keep_types
+        self.bodies = False  # whether gs imported a body (a node's graph attribute)
 
     def graph(self, proto: onnx.GraphProto, producer_name: str, producer_version: str,
               ir_version: int) -> gs.Graph:
@@ -220,8 +229,7 @@ class _Importer:
         for attr in proto.attribute:
             kind = attr.type
             if kind not in _PLAIN_ATTRIBUTES or attr.ref_attr_name:
-                return OnnxImporter.import_attributes(proto.attribute, OrderedDict(), tensors,
-                                                      self.opset, self.import_domains)
+                return self._by_gs(proto, tensors)
             if kind == _A.INT:
                 converted[attr.name] = attr.i
             elif kind == _A.INTS:
@@ -236,4 +244,16 @@ class _Importer:
                 converted[attr.name] = [s.decode() for s in attr.strings]
             else:
                 converted[attr.name] = _constant(attr.t)
+        return converted
+
+    def _by_gs(self, proto: onnx.NodeProto, tensors: dict) -> OrderedDict:
+        """gs's `import_attributes` of the node's attributes (bodies included), and its
+        TYPE_PROTO ones with `keep_types`."""
+        converted = OnnxImporter.import_attributes(proto.attribute, OrderedDict(), tensors,
+                                                   self.opset, self.import_domains)
+        for attr in proto.attribute:
+            if attr.type in (_A.GRAPH, _A.GRAPHS):
+                self.bodies = True
+            elif attr.type == _A.TYPE_PROTO and self.keep_types:
+                converted[attr.name] = attr.tp
         return converted
