@@ -192,6 +192,20 @@ def test_a_pass_that_says_it_annotated_nothing_is_taken_at_its_word(monkeypatch)
     assert not any("fingerprint check" in n for n in said.verify_notes)
 
 
+def test_a_pass_that_surely_changed_the_graph_is_not_fingerprinted(monkeypatch):
+    calls = []
+    real = manager.fingerprint
+    monkeypatch.setattr(manager, "fingerprint", lambda g: calls.append(1) or real(g))
+    out, report = run(parse(MODEL), CountsRuns(), DoublesRelu())
+    assert [r.status for r in report.passes] == [UNCHANGED, APPLIED]
+    assert ops(out) == ["Identity", "Relu", "Relu", "Sigmoid"]
+    # one fingerprint, before the first pass: the second changed the node count, which
+    # tells a change as surely as a fingerprint after it would (one taken at its word
+    # before it can no longer be told apart from it either way)
+    assert len(calls) == 1
+    assert not any("fingerprint check" in n for n in report.verify_notes)
+
+
 def test_a_false_claim_of_no_annotation_is_caught_at_the_end():
     liar = ClaimsNoAnnotation()
     liar.lie = True
