@@ -15,7 +15,8 @@ rare is still gs's own code: a model with local functions is imported by gs whol
 a node whose attributes hold a graph (If/Loop/Scan bodies), a reference to a function
 attribute or a type gs does not convert has its attributes imported by gs (bodies
 included); a tensor whose type is not a plain tensor type, or whose element type numpy
-lacks, is gs's `import_tensor`.
+lacks, is gs's `import_tensor`. One thing gs 0.6.1 loses is kept on request
+(`keep_types`): a main-graph node's TYPE_PROTO attributes (Optional's `type`).
 """
 
 from __future__ import annotations
@@ -195,24 +196,8 @@ class _Importer:
     def _node(self, proto: onnx.NodeProto, tensors: dict) -> gs.Node:
         """gs's `import_node` (main graph: no outer tensors)."""
         attributes = self._attributes(proto, tensors)
-        inputs = []
-        for name in proto.input:
-            found = tensors.get(name)
-            if found is None:
-                if not name:
-                    found = _variable("")  # an omitted optional input: never shared
-                else:
-                    found = tensors[name] = _variable(name)
-            inputs.append(found)
-        outputs = []
-        for name in proto.output:
-            found = tensors.get(name)
-            if found is None:
-                if not name:
-                    found = _variable("")
-                else:
-                    found = tensors[name] = _variable(name)
-            outputs.append(found)
+        inputs = [self._named(tensors, name) for name in proto.input]
+        outputs = [self._named(tensors, name) for name in proto.output]
         node = _new(_Node)
         fields = node.__dict__
         fields["op"] = proto.op_type
@@ -222,6 +207,18 @@ class _Importer:
         fields["outputs"] = _synchronized(node, "inputs", outputs)
         fields["domain"] = proto.domain if proto.HasField("domain") else None
         return node
+
+    @staticmethod
+    def _named(tensors: dict, name: str) -> gs.Tensor:
+        """gs's `get_tensor` of a node's input or output: the graph's tensor of that name,
+        else a new one, which the graph keeps unless the name is empty (an omitted
+        optional input or output: never shared)."""
+        found = tensors.get(name)
+        if found is None:
+            found = _variable(name)
+            if name:
+                tensors[name] = found
+        return found
 
     def _attributes(self, proto: onnx.NodeProto, tensors: dict) -> OrderedDict:
         """gs's `import_attributes` of the node's attributes."""
