@@ -234,3 +234,55 @@ def test_a_constant_node_writing_a_graph_output_stays():
     }""")
     out, result = apply(FoldConstants(), model)
     assert ops(out) == ["Constant", "Relu"] and not result.changed
+
+
+def test_in_a_preset_round_the_fixed_point_inference_is_left_to_the_round(monkeypatch):
+    """`PassContext.rounds_follow`: the manager infers the whole graph at a round's end and
+    runs another round when anything changed, so fold-constants does not repeat that
+    inference itself; what it folds is the same."""
+    import graphfix.passes.fold_constants as fold_constants
+    from graphfix.passes.base import PassContext
+
+    model = parse(HEADER + """
+    g (float[2,3,4] x) => (float[2,12] y) <int64[1] a = {2}, int64[1] b = {12}> {
+        shape = Concat <axis = 0> (a, b)
+        zero = Constant <value = int64 {0}> ()
+        s = Shape(x)
+        n = Gather <axis = 0> (s, zero)
+        y = Reshape(x, shape)
+    }""")
+    calls = []
+    real = fold_constants.infer_shapes
+    monkeypatch.setattr(fold_constants, "infer_shapes",
+                        lambda graph, **kw: calls.append(1) or real(graph, **kw))
+    alone, _ = apply(FoldConstants(), model)
+    inferred_alone = len(calls)
+    calls.clear()
+    ctx = PassContext()
+    ctx.rounds_follow = True
+    in_round, _ = apply(FoldConstants(), model, ctx)
+    assert inferred_alone >= 1 and len(calls) == inferred_alone - 1
+    assert in_round.SerializeToString() == alone.SerializeToString()
+
+
+def test_the_manager_tells_fold_constants_when_a_round_follows(monkeypatch):
+    import graphfix
+    import graphfix.passes.fold_constants as fold_constants
+
+    seen = []
+    real = fold_constants.FoldConstants.run
+
+    def run(self, graph, ctx):
+        seen.append(ctx.rounds_follow)
+        return real(self, graph, ctx)
+
+    monkeypatch.setattr(fold_constants.FoldConstants, "run", run)
+    model = parse(HEADER + """
+    g (float[2,3,4] x) => (float[2,12] y) <int64[2] shape = {2, 12}> {
+        y = Reshape(x, shape)
+    }""")
+    graphfix.run(model, passes="fold-constants", check=False)
+    assert seen == [False]  # run alone: it decides its own fixed point
+    seen.clear()
+    graphfix.run(model, passes="trt-prep", check=False)
+    assert seen and all(seen)  # in the preset's rounds
