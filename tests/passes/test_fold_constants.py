@@ -12,17 +12,18 @@ from gfhelpers import (
 from graphfix.passes.fold_constants import FoldConstants, FoldConstantsOptions
 
 HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
+CONCAT_AND_DEAD_GATHER = HEADER + """
+g (float[2,3,4] x) => (float[2,12] y) <int64[1] a = {2}, int64[1] b = {12}> {
+    shape = Concat <axis = 0> (a, b)
+    zero = Constant <value = int64 {0}> ()
+    s = Shape(x)
+    n = Gather <axis = 0> (s, zero)
+    y = Reshape(x, shape)
+}"""
 
 
 def test_folds_constant_subexpression_and_static_shape():
-    model = parse(HEADER + """
-    g (float[2,3,4] x) => (float[2,12] y) <int64[1] a = {2}, int64[1] b = {12}> {
-        shape = Concat <axis = 0> (a, b)
-        zero = Constant <value = int64 {0}> ()
-        s = Shape(x)
-        n = Gather <axis = 0> (s, zero)
-        y = Reshape(x, shape)
-    }""")
+    model = parse(CONCAT_AND_DEAD_GATHER)
     out, result = apply(FoldConstants(), model)
     assert ops(out) == ["Reshape"]
     assert result.changed and result.counts["folded nodes into constants"] >= 1
@@ -243,14 +244,7 @@ def test_in_a_preset_round_the_fixed_point_inference_is_left_to_the_round(monkey
     import graphfix.passes.fold_constants as fold_constants
     from graphfix.passes.base import PassContext
 
-    model = parse(HEADER + """
-    g (float[2,3,4] x) => (float[2,12] y) <int64[1] a = {2}, int64[1] b = {12}> {
-        shape = Concat <axis = 0> (a, b)
-        zero = Constant <value = int64 {0}> ()
-        s = Shape(x)
-        n = Gather <axis = 0> (s, zero)
-        y = Reshape(x, shape)
-    }""")
+    model = parse(CONCAT_AND_DEAD_GATHER)
     calls = []
     real = fold_constants.infer_shapes
     monkeypatch.setattr(fold_constants, "infer_shapes",
