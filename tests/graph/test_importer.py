@@ -47,9 +47,7 @@ class _Same:
         for key, x in fa.items():
             y = fb[key]
             if key in ("inputs", "outputs"):
-                assert type(x) is type(y) and list(vars(x).items()) == [
-                    (k, v if k == "field_name" else v) for k, v in vars(y).items()
-                ] or (vars(x)["field_name"] == vars(y)["field_name"]), where
+                _same_list(x, y, a, b, f"{where}.{key}")
                 assert [n.name for n in x] == [n.name for n in y], f"{where}.{key}"
             elif key == "_values":
                 assert type(x) is type(y), where
@@ -75,6 +73,8 @@ class _Same:
             at = f"{where} node {i} ({n.op})"
             assert type(n) is type(m) and list(vars(n)) == list(vars(m)), at
             self.pairs[id(n)] = m
+            _same_list(n.inputs, m.inputs, n, m, f"{at}.inputs")
+            _same_list(n.outputs, m.outputs, n, m, f"{at}.outputs")
             assert (n.op, n.name, n.domain) == (m.op, m.name, m.domain), at
             assert type(n.attrs) is type(m.attrs) and list(n.attrs) == list(m.attrs), at
             for key, x in n.attrs.items():
@@ -100,6 +100,14 @@ class _Same:
                 for key in ("inputs", "outputs"):
                     assert [self.pairs[id(n)] for n in getattr(x, key)] == \
                         list(getattr(y, key)), f"{name}.{key}"
+
+
+def _same_list(x, y, a, b, where: str) -> None:
+    """Two SynchronizedLists alike: each belongs to its own object, for the same field."""
+    assert type(x) is type(y), where
+    assert list(vars(x)) == list(vars(y)), where
+    assert x.parent_obj is a and y.parent_obj is b, where
+    assert x.field_name == y.field_name, where
 
 
 def _assert_same_import(model: onnx.ModelProto) -> gs.Graph:

@@ -188,8 +188,8 @@ class _Importer:
         if found is None:
             tensors[info.name] = _value_info(info)
             return
-        other = _value_info(info)
-        if isinstance(found, _Variable):
+        if isinstance(found, _Variable):  # gs imports the info for a constant too, unused
+            other = _value_info(info)
             found.dtype = found.dtype or other.dtype
             found.shape = found.shape or other.shape
 

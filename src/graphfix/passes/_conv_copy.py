@@ -294,7 +294,6 @@ class ShapeBook:
             self.known.update(self._inferred)
         return self._inferred.get(tensor.name)
 
-
     def _with_input_dims(self, shape) -> list | None:
         """`shape` with each dim named like a graph input's dim given a size in
         `input_shapes` set to that size (a name given two sizes is left as it is)."""
