@@ -197,8 +197,8 @@ class OutputCheck:
         With `background`, the original runs in a thread (onnxruntime releases the GIL)
         while the caller goes on (the passes of `graphfix run`: Mask R-CNN's 1.2 s run
         then costs 0.5 s on 2 cores); what needs its outputs waits for it, and
-        `expected` tells what may be checked without waiting. `model` must not change
-        while it runs."""
+        `expected` tells what may be checked without waiting. The thread runs a copy of
+        `model` (`_private`): the caller may go on reading it, or change it."""
         if data is not None:
             from graphfix.runtime.data import first_feeds
 
@@ -213,10 +213,11 @@ class OutputCheck:
         if not background:
             check._run_original(model)
             return check
+        own = _private(model)
 
         def run() -> None:
             try:
-                check._run_original(model)
+                check._run_original(own)
             except BaseException as err:  # noqa: BLE001 - raised where the check is used
                 check._failure = err
 
@@ -504,6 +505,21 @@ AHEAD_MIN_CPUS = 4
 """The CPUs (`session.intra_op_threads`) from which a floor may be measured ahead
 (`OutputCheck._floor_when_needed`)."""
 _STOPPED = object()  # a floor's run ahead that was stopped before it ended
+
+
+def _private(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` for the thread that runs the original (`OutputCheck.prepare`),
+    made before it starts, so that no protobuf message is shared between that thread
+    and the passes: gs's lazy values keep the input's TensorProtos, and upb's messages
+    are not safe to share between threads when one of them writes (a write of the
+    input's `external_data` beside the thread's reads was a segfault; another, rarer
+    one in that thread was never explained, `bench/RESULTS.md`). Cheap for a model
+    whose weights were left in their file (`io.load(weights=False)`, as the CLI loads
+    it): the copy has their references, not their bytes. A model given in memory with
+    its weights is copied whole."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
 
 
 def _optimized(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
