@@ -45,3 +45,23 @@ def test_outputs_are_deterministic_and_close_to_a_prepacked_session():
             # within float rounding of the tensor's scale (what graphfix's verdict allows)
             np.testing.assert_allclose(once[name], value, rtol=0,
                                        atol=1e-5 * float(np.abs(value).max()))
+
+
+def test_outputs_kept_after_the_run_do_not_keep_its_memory():
+    """onnxruntime's outputs are views of its memory arena, which lives as long as one of
+    them does: run_model's own their memory, a sequence's elements too."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"]),
+         helper.make_node("SequenceConstruct", ["y", "x"], ["s"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8)
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    out = run_model(model, {"x": x})
+    assert [type(v).__name__ for v in out.values()] == ["ndarray", "list"]
+    for value in [out["y"], *out["s"]]:
+        assert value.base is None and value.flags.owndata and value.flags.writeable
+    np.testing.assert_array_equal(out["y"], np.maximum(x, 0))
+    np.testing.assert_array_equal(out["s"][1], x)
