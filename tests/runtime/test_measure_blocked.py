@@ -79,3 +79,18 @@ def test_an_all_zero_reference_and_non_finite_values(monkeypatch):
     cand[6] = np.inf
     blocked = m.measure(ref, cand)
     assert blocked.problem == "NaN or infinity where the reference is finite"
+
+
+def test_the_noise_floor_of_a_large_output_is_measured_over_the_finite_elements():
+    from graphfix.runtime.outputs import _floor_and_scale
+
+    ref, other = _pair(np.float32)
+    expect = (float(np.abs(ref.astype(np.float64) - other).max()), 50.0)
+    assert _floor_and_scale(ref, other) == expect
+    ref[N // 2] = np.nan  # the largest is gone: elements finite in both count
+    other[-1] = np.inf
+    both = np.isfinite(ref) & np.isfinite(other)
+    expect = (float(np.abs(ref[both].astype(np.float64) - other[both]).max()),
+              float(np.abs(ref[both]).max()))
+    assert _floor_and_scale(ref, other) == expect and expect[1] < 50
+    assert _floor_and_scale(ref[:0], other[:0]) == (0.0, 0.0)

@@ -78,10 +78,7 @@ def measure(ref, cand, mode: str = STRICT, threshold: float = 0.0,
         return (Measure(True, 0.0, 0.0, math.inf, 0.0, 0.0, 0.0, tol) if not differ else
                 _broken(tol, f"{differ} of {ref.size} strings differ"))
     if dtype in _BLOCKED and ref.size > _BLOCK:
-        with np.errstate(over="ignore", invalid="ignore"):
-            finite = math.isfinite(float(np.sum(ref, dtype=np.float64))) and math.isfinite(
-                float(np.sum(cand, dtype=np.float64)))
-        if finite:
+        if all_finite(ref, cand):
             return _blocked(ref.astype(dtype, copy=False).ravel(),
                             cand.astype(dtype, copy=False).ravel(), mode, threshold, tol,
                             floor)
@@ -126,6 +123,14 @@ def measure(ref, cand, mode: str = STRICT, threshold: float = 0.0,
         error = _safe_div(max_abs, scale)
         ok = within
     return Measure(bool(ok), max_abs, max_rel, sqnr, error, scale, allowed, tol)
+
+
+def all_finite(*arrays: np.ndarray) -> bool:
+    """Whether every value of these float arrays is finite: their sums in float64 are
+    (also false when finite values are so large that a sum overflows; callers then take
+    the element-wise way)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return all(math.isfinite(float(np.sum(a, dtype=np.float64))) for a in arrays)
 
 
 _BLOCKED = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))

@@ -36,6 +36,7 @@ from graphfix.runtime import pinning, references
 from graphfix.runtime.compare import OutputDiff, compare_outputs, unstable
 from graphfix.runtime.failures import cannot_run
 from graphfix.runtime.feeds import DEFAULT_SEED, NoTestData, model_feeds
+from graphfix.runtime.measure import all_finite, measure
 from graphfix.runtime.session import intra_op_threads, run_model
 from graphfix.runtime.tolerances import FLOOR_FACTOR, ILL_CONDITIONED, tolerance_table
 from graphfix.runtime.values import InputValue, with_values
@@ -476,10 +477,7 @@ class OutputCheck:
                                        f"optimizations change its shape {ref.shape} -> "
                                        f"{other.shape}")
             elif ref.dtype.kind == "f":
-                both = np.isfinite(ref) & np.isfinite(other)
-                diff = np.abs(ref[both].astype(np.float64) - other[both])
-                self.floors[name] = float(diff.max()) if diff.size else 0.0
-                scale = float(np.abs(ref[both]).max()) if diff.size else 0.0
+                self.floors[name], scale = _floor_and_scale(ref, other)
                 if scale and self.floors[name] > ILL_CONDITIONED * scale:
                     self.unstable[name] = (
                         "ill-conditioned on this sample: onnxruntime's own optimizations "
@@ -498,6 +496,22 @@ class OutputCheck:
         table["noise_floor"] = {"factor": FLOOR_FACTOR, "measured": self.floor_measured,
                                 **self.floors}
         return table
+
+
+def _floor_and_scale(ref: np.ndarray, other: np.ndarray) -> tuple[float, float]:
+    """max |other - ref| and max |ref| over the elements finite in both (0 when none):
+    `measure`'s numbers when every value is finite (a block at a time for large tensors:
+    Mask R-CNN's masks 0.19-0.44 -> 0.06-0.07 s), else from the finite elements'
+    float64 copies."""
+    if ref.dtype == other.dtype and all_finite(ref, other):
+        m = measure(ref, other)
+        assert not isinstance(m, str), "same dtype and shape"
+        return m.max_abs, m.scale
+    both = np.isfinite(ref) & np.isfinite(other)
+    diff = np.abs(ref[both].astype(np.float64) - other[both])
+    if not diff.size:
+        return 0.0, 0.0
+    return float(diff.max()), float(np.abs(ref[both]).max())
 
 
 _SELECTIONS = frozenset({"NonMaxSuppression", "TopK", "ArgMax", "ArgMin"})
