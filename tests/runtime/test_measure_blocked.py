@@ -94,3 +94,18 @@ def test_the_noise_floor_of_a_large_output_is_measured_over_the_finite_elements(
               float(np.abs(ref[both]).max()))
     assert _floor_and_scale(ref, other) == expect and expect[1] < 50
     assert _floor_and_scale(ref[:0], other[:0]) == (0.0, 0.0)
+
+
+def test_a_value_past_float16s_range_is_measured_as_float16_would_hold_it(monkeypatch):
+    """float32 against float16 compares at float16, where 1e5 is infinite: not finite,
+    so not blocked; both ways say so."""
+    ref, cand = _pair(np.float32)
+    ref[9] = 1e5
+    cand16 = cand.astype(np.float16)
+    blocked, whole = _both(monkeypatch, ref, cand16)
+    _same(blocked, whole)
+    assert blocked.problem == "NaN or infinity in different places"
+    cand16[9] = np.inf  # where float16 puts it: the finite ones are measured
+    blocked, whole = _both(monkeypatch, ref, cand16)
+    _same(blocked, whole)
+    assert blocked.problem == "" and blocked.scale < 1e5

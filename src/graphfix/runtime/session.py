@@ -219,20 +219,17 @@ def run_model(
     `run_options`: onnxruntime's RunOptions for the run (its `terminate` stops it)."""
     sess = make_session(model, providers, basic, once=True, extra_outputs=extra_outputs)
     names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, owned(sess.run(names, dict(feeds), run_options)), strict=True))
-
-
-def owned(values: list) -> list:
-    """A run's outputs, each array holding its own memory. onnxruntime returns arrays
-    over its tensors, in the session's memory arena, and the whole arena lives as long
-    as one of them does, after the session is gone: the outputs of a run that are kept
-    (the check's reference, a fold's constants) kept every chunk the run allocated.
-    Mask R-CNN: the original's run holds 534 MiB, 364 MiB after its session is deleted
-    with its outputs kept, 144 MiB with their copies kept (84 x 1 x 320 x 320 masks)."""
-    return [_owned(v) for v in values]
+    values = sess.run(names, dict(feeds), run_options)
+    return {name: _owned(value) for name, value in zip(names, values, strict=True)}
 
 
 def _owned(value):
+    """A run's output holding its own memory. onnxruntime returns arrays over its
+    tensors, in the session's memory arena, and the whole arena lives as long as one of
+    them does, after the session is gone: the check keeps the original's outputs for the
+    whole run, and they kept every chunk the run allocated. Mask R-CNN: the original's
+    run holds 534 MiB, 364 MiB after its session is deleted with its outputs kept, 144
+    MiB with their copies kept (84 x 1 x 320 x 320 masks)."""
     if isinstance(value, np.ndarray):
         return value if value.base is None else np.array(value)
     if isinstance(value, list):  # a sequence output
