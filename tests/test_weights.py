@@ -3,6 +3,8 @@ them, onnxruntime runs the model from the file, results and saves carry the valu
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 import pytest
@@ -213,3 +215,27 @@ def test_a_piece_reader_reads_any_range_and_says_when_the_file_got_shorter(tmp_p
                 reader.read_into(out, 5)
     inline = numpy_helper.from_array(values, "w")
     assert weights.PieceReader.open(inline) is None  # not in a file: read it whole
+
+
+@pytest.mark.parametrize("elem", sorted(weights._PLAIN))  # noqa: SLF001 - the types it reads
+def test_inline_array_reads_what_gs_lazy_values_load(elem):
+    from onnx_graphsurgeon.ir.tensor import LazyValues
+
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
+    for shape in [(2, 3), (), (0, 4)]:
+        values = (np.arange(math.prod(shape)) % 3).astype(dtype).reshape(shape)
+        tensor = numpy_helper.from_array(values, "t")
+        got, loaded = weights.inline_array(tensor), LazyValues(tensor).load()
+        assert got.dtype == loaded.dtype and got.shape == loaded.shape == shape
+        np.testing.assert_array_equal(got, loaded)
+        assert got.flags.writeable and got.flags.owndata
+
+
+def test_inline_array_leaves_other_tensors_to_onnx():
+    typed = helper.make_tensor("f", TensorProto.FLOAT, [2], [1.0, 2.0])  # float_data
+    bf16 = helper.make_tensor("b", TensorProto.BFLOAT16, [1], b"\x80\x3f", raw=True)
+    text = helper.make_tensor("s", TensorProto.STRING, [1], [b"a"])
+    external = numpy_helper.from_array(np.ones(4, np.float32), "e")
+    external.data_location = TensorProto.EXTERNAL
+    for tensor in (typed, bf16, text, external):
+        assert weights.inline_array(tensor) is None

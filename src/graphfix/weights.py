@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import sys
 from collections.abc import Iterable
 
 import numpy as np
@@ -168,6 +169,23 @@ def to_array(tensor: TensorProto) -> np.ndarray:
     if values.size != count:
         raise _short(tensor, info)
     return values.reshape(tuple(tensor.dims)).astype(dtype.newbyteorder("="), copy=False)
+
+
+_RAW_DTYPES = {t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).newbyteorder("<")
+               for t in _PLAIN}
+
+
+def inline_array(tensor: TensorProto) -> np.ndarray | None:
+    """An inline tensor's values as gs's lazy values load them (`onnx.numpy_helper.
+    to_array`, then a writable copy) where its raw data is numpy's own layout (`_PLAIN`),
+    read directly; else None. About 1 us a small tensor instead of 3 (the passes read
+    every constant they look at this way, `graph.rewire.constant_value`)."""
+    dtype = _RAW_DTYPES.get(tensor.data_type)
+    if (dtype is None or tensor.data_location == TensorProto.EXTERNAL
+            or not tensor.HasField("raw_data") or tensor.HasField("segment")
+            or sys.byteorder != "little"):
+        return None
+    return np.frombuffer(tensor.raw_data, dtype).reshape(tuple(tensor.dims)).copy()
 
 
 def _raw_dtype(tensor: TensorProto) -> np.dtype | None:

@@ -399,15 +399,25 @@ def _unique_weights_model(count: int, duplicate: bool = False) -> onnx.ModelProt
 
 @pytest.fixture
 def loads(monkeypatch):
-    """Names of the lazily loaded weights read during the test."""
+    """Names of the lazily loaded weights read during the test (by gs, or directly:
+    `weights.inline_array`)."""
+    from graphfix import weights
+
     names: list[str] = []
-    original = LazyValues.load
+    original, inline = LazyValues.load, weights.inline_array
 
     def counting(self):
         names.append(self.tensor.name)
         return original(self)
 
+    def counting_inline(tensor):
+        values = inline(tensor)
+        if values is not None:
+            names.append(tensor.name)
+        return values
+
     monkeypatch.setattr(LazyValues, "load", counting)
+    monkeypatch.setattr(weights, "inline_array", counting_inline)
     return names
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.ir.tensor import LazyValues
+
+from graphfix import weights
 
 
 def is_graph_output(graph: gs.Graph, tensor: gs.Tensor) -> bool:
@@ -40,6 +43,10 @@ def constant_value(tensor: gs.Tensor | None) -> np.ndarray | None:
 
 def _read(constant: gs.Constant) -> np.ndarray:
     raw = constant._values  # gs has no public non-caching read
+    if type(raw) is LazyValues:  # gs's own (not sparse, not deferred): read it directly
+        values = weights.inline_array(raw.tensor)
+        if values is not None:
+            return values
     return raw.load() if hasattr(raw, "load") else np.asarray(raw)
 
 
