@@ -58,6 +58,8 @@ _PLAIN = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
                     TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32,
                     TensorProto.UINT64, TensorProto.BOOL})
 """Types whose raw data is numpy's own little-endian layout (read with np.fromfile)."""
+_RAW_DTYPES = {t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).newbyteorder("<")
+               for t in _PLAIN}
 PACKED_BITS = {getattr(TensorProto, name): bits for name, bits in (
     ("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2),
     ("FLOAT6E2M3", 6), ("FLOAT6E3M2", 6)) if hasattr(TensorProto, name)}
@@ -171,19 +173,14 @@ def to_array(tensor: TensorProto) -> np.ndarray:
     return values.reshape(tuple(tensor.dims)).astype(dtype.newbyteorder("="), copy=False)
 
 
-_RAW_DTYPES = {t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).newbyteorder("<")
-               for t in _PLAIN}
-
-
 def inline_array(tensor: TensorProto) -> np.ndarray | None:
     """An inline tensor's values as gs's lazy values load them (`onnx.numpy_helper.
     to_array`, then a writable copy) where its raw data is numpy's own layout (`_PLAIN`),
     read directly; else None. About 1 us a small tensor instead of 3 (the passes read
     every constant they look at this way, `graph.rewire.constant_value`)."""
-    dtype = _RAW_DTYPES.get(tensor.data_type)
+    dtype = _raw_dtype(tensor)
     if (dtype is None or tensor.data_location == TensorProto.EXTERNAL
-            or not tensor.HasField("raw_data") or tensor.HasField("segment")
-            or sys.byteorder != "little"):
+            or not tensor.HasField("raw_data") or sys.byteorder != "little"):
         return None
     return np.frombuffer(tensor.raw_data, dtype).reshape(tuple(tensor.dims)).copy()
 
@@ -191,9 +188,8 @@ def inline_array(tensor: TensorProto) -> np.ndarray | None:
 def _raw_dtype(tensor: TensorProto) -> np.dtype | None:
     """The little-endian numpy dtype of the tensor's raw data, where it is numpy's own
     layout (`_PLAIN`, no segment); else None."""
-    if tensor.data_type not in _PLAIN or tensor.HasField("segment"):
-        return None
-    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).newbyteorder("<")
+    dtype = _RAW_DTYPES.get(tensor.data_type)
+    return None if dtype is None or tensor.HasField("segment") else dtype
 
 
 def read_bytes(tensor: TensorProto) -> bytes:

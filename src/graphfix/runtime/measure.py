@@ -79,7 +79,7 @@ def measure(ref, cand, mode: str = STRICT, threshold: float = 0.0,
                 _broken(tol, f"{differ} of {ref.size} strings differ"))
     with np.errstate(over="ignore"):  # a float32 value past float16's range: inf there
         ref, cand = ref.astype(dtype, copy=False), cand.astype(dtype, copy=False)
-    if dtype in _BLOCKED and ref.size > _BLOCK and all_finite(ref, cand):
+    if dtype in _BLOCKED and ref.size > _BLOCK and _all_finite(ref, cand):
         return _blocked(ref.ravel(), cand.ravel(), mode, threshold, tol, floor)
     # float64 copies, then worked on in place: `graphfix check` measures every tensor
     # of two runs (ViT-B/16: 1.7 of its 3.3 s were these lines with a new array each)
@@ -124,7 +124,7 @@ def measure(ref, cand, mode: str = STRICT, threshold: float = 0.0,
     return Measure(bool(ok), max_abs, max_rel, sqnr, error, scale, allowed, tol)
 
 
-def all_finite(*arrays: np.ndarray) -> bool:
+def _all_finite(*arrays: np.ndarray) -> bool:
     """Whether every value of these float arrays is finite: their sums in float64 are
     (also false when finite values are so large that a sum overflows; callers then take
     the element-wise way)."""
