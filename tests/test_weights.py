@@ -218,6 +218,32 @@ def test_a_piece_reader_reads_any_range_and_says_when_the_file_got_shorter(tmp_p
 
 
 @pytest.mark.parametrize("elem", sorted(weights._PLAIN))  # noqa: SLF001 - the types it reads
+def test_to_array_reads_a_deferred_tensor_whole_into_a_writable_array(elem, tmp_path):
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
+    data = tmp_path / "w.bin"
+    for shape in [(3, 5), (), (0, 4)]:
+        values = (np.arange(int(np.prod(shape)), dtype=np.int64) % 7).astype(dtype)
+        values = values.reshape(shape)
+        data.write_bytes(b"pad" + values.tobytes() + b"tail")
+        tensor = numpy_helper.from_array(values, "w")
+        tensor.ClearField("raw_data")
+        weights.defer_in_file(tensor, str(data), 3, values.nbytes)
+        got = weights.to_array(tensor)
+        np.testing.assert_array_equal(got, values)
+        assert got.dtype == values.dtype and got.shape == shape and got.flags.writeable
+        assert weights.to_array(tensor) is not got  # a fresh array each call
+    big = (np.arange(1000) % 7).astype(dtype)
+    data.write_bytes(big.tobytes())
+    tensor = numpy_helper.from_array(big, "w")
+    tensor.ClearField("raw_data")
+    weights.defer_in_file(tensor, str(data), 0, big.nbytes)
+    with open(data, "r+b") as f:
+        f.truncate(big.nbytes - 1)
+    with pytest.raises(GraphfixError, match="became shorter"):
+        weights.to_array(tensor)
+
+
+@pytest.mark.parametrize("elem", sorted(weights._PLAIN))  # noqa: SLF001 - the types it reads
 def test_inline_array_reads_what_gs_lazy_values_load(elem):
     from onnx_graphsurgeon.ir.tensor import LazyValues
 

@@ -165,12 +165,19 @@ def to_array(tensor: TensorProto) -> np.ndarray:
     dtype = _raw_dtype(tensor)
     if dtype is None:
         return numpy_helper.to_array(tensor, base_dir=info[BASE_KEY])
-    count = math.prod(tensor.dims)
-    with _open(tensor, info) as f:
-        values = np.fromfile(f, dtype=dtype, count=count)
-    if values.size != count:
-        raise _short(tensor, info)
-    return values.reshape(tuple(tensor.dims)).astype(dtype.newbyteorder("="), copy=False)
+    if hasattr(os, "preadv"):  # into the array: no file object, no buffer (8 us, not 20)
+        values = np.empty(tuple(tensor.dims), dtype)
+        with PieceReader(tensor, _open_fd(tensor, info), int(info.get("offset", "0")),
+                         dtype) as reader:
+            reader.read_into(values.reshape(-1), 0)
+    else:
+        count = math.prod(tensor.dims)
+        with _open(tensor, info) as f:
+            values = np.fromfile(f, dtype=dtype, count=count)
+        if values.size != count:
+            raise _short(tensor, info)
+        values = values.reshape(tuple(tensor.dims))
+    return values.astype(dtype.newbyteorder("="), copy=False)
 
 
 def inline_array(tensor: TensorProto) -> np.ndarray | None:
