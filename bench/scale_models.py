@@ -31,7 +31,9 @@ SHARED = {  # name -> (file in SHARED_DIR, shapes of the dynamic inputs)
 ZOO_LARGE = ("wide_resnet50_2", "vit_b_32", "swin_t", "maxvit_t", "maskrcnn_resnet50_fpn",
              "keypointrcnn_resnet50_fpn", "fcos_resnet50_fpn",
              # the models of the issue's own report (ViT-B/16, RetinaNet, Faster R-CNN)
-             "vit_b_16", "retinanet_resnet50_fpn", "fasterrcnn_resnet50_fpn")
+             "vit_b_16", "retinanet_resnet50_fpn", "fasterrcnn_resnet50_fpn",
+             # two of them as torch's default exporter writes them (external data)
+             "maxvit_t_dynamo", "vit_b_16_dynamo")
 """The zoo models issue 18 names and reports on (`--models zoo`); any other zoo model can
 be named alone."""
 GROUPS = ("shared", "zoo", "synthetic")

@@ -6,8 +6,11 @@ default-initialised layer (mean 0, var 1, weight 1, bias 0). They are exported w
 the legacy TorchScript exporter (`dynamo=False`) at opset 17, in eval mode but with
 `training=TrainingMode.PRESERVE`: in EVAL mode the exporter folds Conv+BN itself (its
 eval peephole); PRESERVE skips that, so the BatchNormalization nodes stay for graphfix to
-fold, as in models exported by other tools. Files are written under a temporary name and
-renamed, so a half-written export is never taken for a cached one.
+fold, as in models exported by other tools. The `*_dynamo` models are exported again with
+torch's default exporter (`dynamo=True`, needs onnxscript), as a user of torch 2.9 or later
+gets them: its default opset, its own optimizations, external data. Files are written under
+a temporary name and renamed (a model's `.data` file before the model), so a half-written
+export is never taken for a cached one.
 """
 
 from __future__ import annotations
@@ -156,7 +159,7 @@ def build(spec: ZooModel):
 
     torchvision = import_torchvision()
     torch.manual_seed(SEED)
-    module = torchvision.models.get_model(spec.name, weights=None, **spec.options)
+    module = torchvision.models.get_model(spec.torchvision_name, weights=None, **spec.options)
     randomise_batchnorm(module)
     module.eval()
     if spec.kind == "flow":
@@ -175,6 +178,9 @@ def export_torchvision(spec: ZooModel, path: Path) -> None:
     import torch
 
     module, args, names, axes = build(spec)
+    if spec.exporter == "dynamo":
+        export_dynamo(spec, path, module, args, names)
+        return
     partial = path.with_suffix(".partial")
     # Not under torch.no_grad(): with autograd off, nn.MultiheadAttention (vit_b_32) takes
     # its fast path, aten::_native_multi_head_attention, which has no ONNX export.
@@ -182,6 +188,24 @@ def export_torchvision(spec: ZooModel, path: Path) -> None:
                       training=torch.onnx.TrainingMode.PRESERVE, input_names=names,
                       output_names=list(spec.outputs), dynamic_axes=axes)
     partial.replace(path)
+
+
+def export_dynamo(spec: ZooModel, path: Path, module, args, names: list[str]) -> None:
+    """torch's default exporter with its defaults (opset, optimization, the weights in
+    `<file>.data`), a dynamic batch on every input. Written in a temporary folder beside
+    the cache's files, then moved: the weights first, the model last."""
+    import torch
+
+    batch = torch.export.Dim("batch", min=1, max=64)
+    program = torch.onnx.export(module, args, dynamo=True, input_names=names,
+                                output_names=list(spec.outputs),
+                                dynamic_shapes=tuple({0: batch} for _ in args))
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".export-") as folder:
+        staged = Path(folder) / path.name
+        program.save(str(staged), external_data=True)
+        for name in reversed(spec.file_names):  # no .data file: no weight was large
+            if (Path(folder) / name).exists():
+                (Path(folder) / name).replace(path.parent / name)
 
 
 def extract_from_wheel(spec: ZooModel, path: Path) -> None:

@@ -10,7 +10,10 @@ Two sources:
   (`zoo_export`). Every input and output has a dynamic batch axis, except the
   detection models: torchvision's detection models take a *list* of 3-D images, so
   they are exported for one image of dynamic height and width, and their outputs have a
-  dynamic number of detections (axis 0).
+  dynamic number of detections (axis 0). A few are exported a second time, as torch's
+  default exporter writes them since torch 2.9 (`exporter="dynamo"`, named `*_dynamo`):
+  its own opset (20 with torch 2.13), its own graph optimizations (BatchNorm folded in
+  eval mode), the weights in a `.data` file beside the model.
 - `wheel`: ONNX files shipped inside PyPI wheels of other toolchains (PaddleOCR models
   in rapidocr-onnxruntime, Silero VAD in silero-vad), exported by their authors.
 
@@ -38,7 +41,9 @@ class ZooModel:
     (`image`, `segmentation`, `video`, `flow`, `detection`); wheel models have kind
     `wheel`. `export_shapes`: the example inputs the exporter traces with (batch 2, so
     that the trace cannot bake in a batch of 1; the checks run batch 1). `size_mb`: the
-    ONNX file's size in MiB as exported here (torch 2.13), for `--small`."""
+    model's size in MiB as exported here (torch 2.13), its `.data` file included, for
+    `--small`. `exporter`: torch's `torchscript` (`dynamo=False`) or `dynamo` (its
+    default); `arch`: the torchvision model it is, where the name says more."""
 
     name: str
     kind: str
@@ -50,10 +55,23 @@ class ZooModel:
     wheel: str = ""  # pip requirement, for kind "wheel"
     member: str = ""  # the .onnx file's path inside the wheel
     note: str = ""
+    exporter: str = "torchscript"
+    arch: str = ""
 
     @property
     def file_name(self) -> str:
         return f"{self.name}.onnx"
+
+    @property
+    def file_names(self) -> tuple[str, ...]:
+        """The model's files in the cache: the model, and the weights' file beside it."""
+        if self.exporter == "dynamo":
+            return self.file_name, f"{self.file_name}.data"
+        return (self.file_name,)
+
+    @property
+    def torchvision_name(self) -> str:
+        return self.arch or self.name
 
     @property
     def small(self) -> bool:
@@ -63,6 +81,13 @@ class ZooModel:
 def _image(name: str, size_mb: float, side: int = 224) -> ZooModel:
     return ZooModel(name, "image", {"input": (1, 3, side, side)}, size_mb,
                     {"input": (2, 3, side, side)})
+
+
+def _dynamo(arch: str, size_mb: float) -> ZooModel:
+    """An image classifier as torch's default exporter writes it (module docstring)."""
+    return ZooModel(f"{arch}_dynamo", "image", {"input": (1, 3, 224, 224)}, size_mb,
+                    {"input": (2, 3, 224, 224)}, exporter="dynamo", arch=arch,
+                    note="torch's default exporter (dynamo=True); weights in a .data file")
 
 
 def _segmentation(name: str, size_mb: float) -> ZooModel:
@@ -119,6 +144,13 @@ MODELS: tuple[ZooModel, ...] = (
     _image("maxvit_t", 120),
     _image("vit_b_32", 337),
     _image("vit_b_16", 330),  # the issue-18 report's ViT-B/16
+    # torch's default exporter since 2.9 (swin_t does not export with a dynamic batch:
+    # torch 2.13 raises a constraint violation)
+    _dynamo("mobilenet_v3_large", 21.2),
+    _dynamo("efficientnet_b0", 20.6),
+    _dynamo("convnext_tiny", 109),
+    _dynamo("maxvit_t", 121),
+    _dynamo("vit_b_16", 331),
     _segmentation("lraspp_mobilenet_v3_large", 12.4),
     _segmentation("deeplabv3_mobilenet_v3_large", 42.2),
     _segmentation("fcn_resnet50", 126),
