@@ -209,7 +209,7 @@ def measure_model(model: BenchModel, args: argparse.Namespace, workdir: Path) ->
     summary = {t: summarize(r) for t, r in runs.items()}
     summary["polygraphy-save+load"] = save_load(runs["polygraphy-save"], runs["polygraphy-load"])
     row = {"group": model.group, "file": str(model.path),
-           "file_mb": model.path.stat().st_size / 2**20, "blocks": model.blocks,
+           "file_mb": zoo_models.model_mib(model.path), "blocks": model.blocks,
            "nodes": model.nodes or summary["graphfix-nocheck"].get("nodes_before"),
            "shapes": {k: list(v) for k, v in model.shapes.items()},
            "summary": summary, "runs": runs}
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {"meta": meta(args, argv, models), "models": {}}
     try:
         models = [scale_models.build(m, workdir) for m in models]
-        smallest = min(models, key=lambda m: m.path.stat().st_size)
+        smallest = min(models, key=lambda m: zoo_models.model_mib(m.path))
         warm = workdir / "warmup"
         warm.mkdir()
         data["warmup"] = {"model": smallest.name,

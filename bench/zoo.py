@@ -35,19 +35,13 @@ HERE = Path(__file__).resolve().parent
 def cmd_list(models: list[ZooModel], cache: Path) -> int:
     for spec in models:
         path = cache / spec.file_name
-        state = f"{_mib(spec, cache):7.1f} MiB cached" if path.exists() else \
+        state = f"{zoo_models.model_mib(path):7.1f} MiB cached" if path.exists() else \
             "    not cached"
         shapes = " ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in spec.check_shapes.items())
         print(f"{spec.name:32} {spec.kind:12} ~{spec.size_mb:5.0f} MiB {state}  {shapes}"
               + (f"  ({spec.note})" if spec.note else ""))
     print(f"cache: {cache}")
     return 0
-
-
-def _mib(spec: ZooModel, cache: Path) -> float:
-    """The model's size in the cache, its weights' file included."""
-    files = [cache / name for name in spec.file_names]
-    return sum(f.stat().st_size for f in files if f.exists()) / 2**20
 
 
 def cmd_export(models: list[ZooModel], cache: Path, force: bool) -> int:
@@ -67,7 +61,7 @@ def cmd_export(models: list[ZooModel], cache: Path, force: bool) -> int:
             continue
         finally:
             gc.collect()
-        size = _mib(spec, cache)
+        size = zoo_models.model_mib(path)
         print(f"{how:9} {spec.name:32} {size:8.1f} MiB  {time.perf_counter() - start:6.1f} s",
               flush=True)
     if failed:

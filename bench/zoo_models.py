@@ -191,6 +191,21 @@ def cache_dir(given: str | os.PathLike | None = None) -> Path:
     return Path(chosen).expanduser()
 
 
+def model_mib(path: Path) -> float:
+    """A model's size in MiB, the external data files it names included (torch's default
+    exporter writes the weights into NAME.onnx.data beside the model)."""
+    import onnx
+
+    from graphfix.weights import all_tensors
+
+    files = {path.resolve()}
+    for tensor in all_tensors(onnx.load(str(path), load_external_data=False)):
+        location = {e.key: e.value for e in tensor.external_data}.get("location")
+        if tensor.data_location == onnx.TensorProto.EXTERNAL and location:
+            files.add((path.parent / location).resolve())
+    return sum(f.stat().st_size for f in files if f.exists()) / 2**20
+
+
 def select(names: list[str] | None = None, small: bool = False) -> list[ZooModel]:
     """The models named (all when none are), only the small ones with `small`.
     An unknown name raises ValueError naming the known ones."""

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import run_bench
+import zoo_models
 from zoo_models import ZooModel
 
 from graphfix.report import APPLIED, ROLLED_BACK, UNCHANGED
@@ -101,7 +102,8 @@ def run(args: argparse.Namespace, models: list[ZooModel], cache: Path) -> int:
 
 def _warm_up(models: list[ZooModel], cached: dict[str, Path], tools: list[str],
              workdir: Path, timeout: float) -> None:
-    spec = min((m for m in models if m.name in cached), key=lambda m: cached[m.name].stat().st_size)
+    spec = min((m for m in models if m.name in cached),
+               key=lambda m: zoo_models.model_mib(cached[m.name]))
     for tool in tools:
         cmd = run_bench.child_cmd(tool, str(cached[spec.name]), str(workdir / "warmup.onnx"),
                                   spec.check_shapes)
@@ -126,7 +128,7 @@ def measure_model(spec: ZooModel, path: Path, tools: list[str], args: argparse.N
             print(f"  run {i + 1}/{args.runs}  {spec.name:30} {tool:9} {state}",
                   file=sys.stderr, flush=True)
     row = {"when": time.strftime("%Y-%m-%d %H:%M"), "graphfix": revision,
-           "file_mb": path.stat().st_size / 2**20,
+           "file_mb": zoo_models.model_mib(path),
            "check_shapes": spec.check_shapes, "tools": {t: summarize(r) for t, r in runs.items()}}
     done = {t: str(outputs[t]) for t in tools if runs[t][-1].get("ok")}
     if "graphfix" in done:
