@@ -1,6 +1,7 @@
 """Inputs a model accepts: constant-derived values, state zeros, --input-value, blame."""
 
 import numpy as np
+import onnx
 import pytest
 from gfhelpers import parse
 
@@ -11,6 +12,7 @@ from graphfix.runtime.session import run_model
 from graphfix.runtime.values import (
     constant_hints,
     fixed_array,
+    index_bounds,
     is_state_name,
     parse_input_value,
 )
@@ -135,3 +137,57 @@ def test_the_failing_input_is_named():
     assert "computed from input 'sr', which was [3]" in why
     assert "onnxruntime_src" not in why  # no source locations
     assert "--input-value sr=VALUE" in fix and "--data" in fix
+
+
+EMBED = parse(HEAD + """
+g (int64[2, 6] ids, int32[2, 6] types, int64[2, 6] other, float[2, 6] x) => (float[2, 6, 4] y,
+                                                                         float[2, 6] z)
+  <float[10, 4] words = {0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3,
+                         1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0, 2.1, 2.2, 2.3, 2.4, 2.5, 2.6, 2.7,
+                         2.8, 2.9, 3.0, 3.1, 3.2, 3.3, 3.4, 3.5, 3.6, 3.7, 3.8, 3.9},
+   float[2, 4] kinds = {1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0}> {
+    w = Gather(words, ids)
+    t64 = Cast<to = 7>(types)
+    table = Identity(kinds)
+    k = Gather<axis = 0>(table, t64)
+    y = Add(w, k)
+    o = Cast<to = 1>(other)
+    z = Add(o, x)
+}""")
+EMBED_SHAPES = {"ids": (2, 6), "types": (2, 6), "other": (2, 6), "x": (2, 6)}
+
+
+def test_index_bounds_follow_casts_to_the_table_each_input_indexes():
+    assert index_bounds(EMBED, ["ids", "types", "other"]) == {"ids": 10, "types": 2}
+
+
+def test_inputs_that_index_a_small_table_stay_in_it_and_the_model_runs():
+    inputs = graph_inputs(EMBED)
+    for seed in range(3):
+        feeds = model_feeds(EMBED, EMBED_SHAPES, seed)
+        assert feeds["types"].dtype == np.int32 and set(np.unique(feeds["types"])) == {0, 1}
+        assert feeds["ids"].max() >= 2  # [0, 8) is within its 10 rows: unchanged
+        assert feeds["other"].max() >= 2  # indexes nothing: [0, 8) as before
+        np.testing.assert_array_equal(feeds["ids"], random_feeds(inputs, EMBED_SHAPES,
+                                                                 seed)["ids"])
+        run_model(EMBED, feeds)
+    with pytest.raises(Exception, match="out of data bounds"):  # what the bound prevents
+        run_model(EMBED, random_feeds(inputs, EMBED_SHAPES, 0))
+
+
+def test_index_bounds_read_dims_of_external_tables_and_axes():
+    model = parse(HEAD + """
+    g (int64[3] i, int64[2, 3] j) => (float[3, 2] y, float[2, 3] z)
+      <float[4, 2] big = {0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0},
+       float[2, 3] small = {0.0, 1.0, 2.0, 3.0, 4.0, 5.0}> {
+        y = Gather<axis = 0>(big, i)
+        z = GatherElements<axis = 1>(small, j)
+    }""")
+    big = next(t for t in model.graph.initializer if t.name == "big")
+    big.ClearField("float_data")
+    big.data_location = onnx.TensorProto.EXTERNAL  # only its dims are in the model
+    big.external_data.add(key="location", value="absent.bin")
+    assert index_bounds(model, ["i", "j"]) == {"i": 4, "j": 3}
+    indices_as_data = parse(HEAD + """
+    g (int64[3] i) => (int64[2] y) <int64[2] pick = {0, 1}> { y = Gather(i, pick) }""")
+    assert index_bounds(indices_as_data, ["i"]) == {}  # `i` is the table, not an index

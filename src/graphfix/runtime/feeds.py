@@ -16,7 +16,8 @@ Seeded data, per ONNX dtype (docs/inputs.md has the table):
 - float8e8m0 (a scale: powers of two only, no sign, no zero): 2^k, k uniform in [-4, 4];
 - integers (8 to 64 bits, and int4/uint4/int2/uint2 as ml_dtypes arrays) uniform in
   [0, 8), or [0, max] for a type whose max is below 8 (int2: {0, 1}; uint2: 0..3),
-  small so that index-like inputs stay in range for most models;
+  small so that index-like inputs stay in range for most models, and below the size of
+  the table an input indexes where the graph says (`values.index_bounds`);
 - booleans: fair coin flips;
 - strings: seeded ASCII words, 1 to 8 lowercase letters (numpy object arrays of str).
 Dtypes onnxruntime takes no input of (complex64/128, float6) get none: `NoTestData`
@@ -45,6 +46,7 @@ from graphfix.runtime.values import (
     check_value_names,
     constant_hints,
     fixed_array,
+    index_bounds,
     is_small_integer,
     is_state_name,
 )
@@ -232,16 +234,19 @@ def random_feeds(
     shapes: Mapping[str, tuple[int, ...]],
     seed: int = DEFAULT_SEED,
     fixed: Mapping[str, InputValue] | None = None,
+    bounds: Mapping[str, int] | None = None,
 ) -> dict[str, np.ndarray]:
     """Seeded test data for every input (see the module docstring for distributions);
-    inputs in `fixed` take that value, broadcast to their shape and cast. Refused before
-    any is made: a negative seed, and data over MAX_TEST_BYTES in all."""
+    inputs in `fixed` take that value, broadcast to their shape and cast; an integer
+    input in `bounds` stays below its bound too. Refused before any is made: a negative
+    seed, and data over MAX_TEST_BYTES in all."""
     if seed < 0:
         raise GraphfixError(f"The seed {seed} is negative", "numpy's random generator "
                             "takes seeds from 0 up", "give --seed 0 or more")
     _check_size(inputs, shapes)
     rng = np.random.default_rng(seed)
     fixed = fixed or {}
+    bounds = bounds or {}
     feeds = {}
     for info in inputs:
         shape = shapes[info.name]
@@ -256,7 +261,7 @@ def random_feeds(
         elif kind == "f":
             arr = rng.standard_normal(shape).astype(np.float32).astype(dtype)
         elif kind in "iu":
-            top = min(8, int(_int_info(dtype).max) + 1)
+            top = min(8, int(_int_info(dtype).max) + 1, bounds.get(info.name, 8))
             arr = rng.integers(0, top, size=shape).astype(dtype)
         elif kind == "b":
             arr = np.asarray(rng.random(shape) < 0.5)  # a 0-d result is a numpy scalar
@@ -359,7 +364,8 @@ def model_feeds(
     values: Mapping[str, InputValue] | None = None,
 ) -> dict[str, np.ndarray]:
     """`random_feeds` for `model`'s inputs with the values the model accepts: `values`
-    (the user's), then its constants' for small integer inputs (see `values`)."""
+    (the user's), then its constants' for small integer inputs, and integer inputs below
+    the size of the table they index (see `values`)."""
     inputs = graph_inputs(model)
     values = dict(values or {})
     check_value_names(values, [i.name for i in inputs])
@@ -378,4 +384,7 @@ def model_feeds(
                 "inputs with --data",
             )
     fixed.update(values)
-    return random_feeds(inputs, shapes, seed, fixed)
+    indexing = [i.name for i in inputs if i.name not in fixed
+                and i.dtype is not None and dtype_kind(i.dtype) in "iu"]
+    bounds = index_bounds(model, indexing) if indexing else {}
+    return random_feeds(inputs, shapes, seed, fixed, bounds)

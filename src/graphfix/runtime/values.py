@@ -1,6 +1,6 @@
 """Values an input must take: what the graph says about it, and what the user fixes.
 
-Random numbers suit most inputs, but not all. Three kinds get other values:
+Random numbers suit most inputs, but not all. Four kinds get other values:
 
 - Values the user fixes (`--input-value sr=16000`, `input_values=` in the API): the
   number, or the comma-separated numbers of a 1-D value, broadcast to the input's shape
@@ -14,6 +14,12 @@ Random numbers suit most inputs, but not all. Three kinds get other values:
   Equal's first (in node order), else the other ops' first (a zero is skipped for
   Div/Mod). An integer scalar for which nothing is found gets no guess: the check
   refuses it (see `feeds`), since a random rate or mode breaks most models.
+- Integer inputs that index a constant table (`index_bounds`): the indices of a Gather or
+  GatherElements whose data is a constant (an initializer, also one in an external data
+  file, or a Constant node; through Identity/Cast), followed through the same
+  pass-through chains as above. Their random values stay below the size of the axis they
+  index, the smallest over every such use: BERT's `token_type_ids` index a table of 2
+  rows, and the [0, 8) of other integers (`feeds`) would fail its Gather.
 - Recurrent state (float inputs named like `state`, `h`, `c`, `h0`, `c0`, `hx`, `cx`,
   `hidden`, `cell`, `past*`, `*_state`, `*cache*`) starts at zeros, as a first call
   does. The rule, on the lower-cased name split at non-alphanumerics into tokens:
@@ -38,6 +44,8 @@ from graphfix.graph.protos import all_nodes, graph_protos
 PASS_THROUGH = {"Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity", "Flatten"}
 COMPARING = ("Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "Mod",
              "Div")
+INDEXING = {"Gather": 1, "GatherElements": 1}  # op -> which input holds the indices
+SHAPE_KEEPING = {"Identity", "Cast"}
 SMALL = 4  # elements: an integer input this small may be a mode or rate, not data
 _STATE_TOKENS = {"state", "states", "hidden", "cell", "h0", "c0", "hx", "cx"}
 
@@ -73,10 +81,14 @@ class _Graph:
 
     def __init__(self, model: onnx.ModelProto) -> None:
         self.nodes = list(all_nodes(model.graph))
-        self.consts: dict[str, np.ndarray] = {}
+        self.consts: dict[str, np.ndarray] = {}  # Constant nodes', and initializers read
+        self.dims: dict[str, tuple[int, ...]] = {}  # every constant's shape, read or not
+        # initializers are read when asked for (a model's weights are most of its bytes)
+        self.inits: dict[str, onnx.TensorProto] = {}
         for init in (t for g in graph_protos(model.graph) for t in g.initializer):
+            self.dims[init.name] = tuple(init.dims)
             if init.data_location != onnx.TensorProto.EXTERNAL:
-                self.consts[init.name] = numpy_helper.to_array(init)
+                self.inits[init.name] = init
         self.producer: dict[str, onnx.NodeProto] = {}
         self.readers: dict[str, list[onnx.NodeProto]] = {}
         for node in self.nodes:
@@ -84,6 +96,7 @@ class _Graph:
                 value = _constant_node_value(node)
                 if value is not None:
                     self.consts[node.output[0]] = value
+                    self.dims[node.output[0]] = value.shape
             for out in node.output:
                 self.producer[out] = node
             for name in dict.fromkeys(node.input):  # subgraph nodes list outer names too
@@ -93,10 +106,25 @@ class _Graph:
         """The value of `name` when it is a constant (through pass-through ops)."""
         if name in self.consts:
             return self.consts[name]
+        if name in self.inits:
+            self.consts[name] = numpy_helper.to_array(self.inits[name])
+            return self.consts[name]
         node = self.producer.get(name)
         if node is None or node.op_type not in PASS_THROUGH or depth > 8 or not node.input:
             return None
         return self.constant(node.input[0], depth + 1)
+
+    def constant_dims(self, name: str) -> tuple[int, ...] | None:
+        """The shape of `name` when it is a constant (through Identity and Cast), read or
+        not: an initializer in an external data file has its dims in the model."""
+        for _ in range(8):
+            if name in self.dims:
+                return self.dims[name]
+            node = self.producer.get(name)
+            if node is None or node.op_type not in SHAPE_KEEPING or not node.input:
+                return None
+            name = node.input[0]
+        return None
 
     def derived(self, name: str) -> list[str]:
         """`name` and what pass-through ops make of it, in breadth-first order."""
@@ -140,6 +168,28 @@ def constant_hints(model: onnx.ModelProto, names: Sequence[str]) -> dict[str, fl
         if picks:
             hints[name] = picks[0]
     return hints
+
+
+def index_bounds(model: onnx.ModelProto, names: Sequence[str]) -> dict[str, int]:
+    """For each input in `names` whose values index a constant table (the module
+    docstring), the size of the smallest axis it indexes; inputs that index none are
+    left out, and so are tables with an empty axis (nothing to draw from)."""
+    graph = _Graph(model)
+    bounds: dict[str, int] = {}
+    for name in names:
+        tensors = set(graph.derived(name))
+        for node in graph.nodes:
+            where = INDEXING.get(node.op_type)
+            if where is None or len(node.input) <= where or node.input[where] not in tensors:
+                continue
+            dims = graph.constant_dims(node.input[0])
+            if not dims:
+                continue
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            if not -len(dims) <= axis < len(dims) or dims[axis] <= 0:
+                continue
+            bounds[name] = min(bounds.get(name, dims[axis]), dims[axis])
+    return bounds
 
 
 def parse_input_value(spec: str) -> tuple[str, list[float | int]]:
