@@ -150,6 +150,79 @@ def test_fold_constants_asks_the_symbolic_run_where_a_dim_may_be_static(monkeypa
     assert graph.outputs[0].values.tolist() == [16]
 
 
+# YOLO-like: an anchor grid over the input's width, Range(0, W); ONNX's data propagation
+# has no Range, so its inference leaves the grid's length unknown even at concrete sizes
+def _grid(axis: int, end: str = "wf") -> str:
+    return '<ir_version: 8, opset_import: ["" : 17]>' + f"""
+g (float[N,3,H,W] x) => (int64[2] z)
+  <int64 axis = {{{axis}}}, float zero = {{0.0}}, float one = {{1.0}}, float half = {{0.5}},
+   int64[1] ax0 = {{0}}> {{
+    s = Shape(x)
+    w = Gather<axis=0>(s, axis)
+    wf = Cast<to=1>(w)
+    mf = ReduceMax<keepdims=0>(x)
+    r = Range(zero, {end}, one)
+    a = Add(r, half)
+    u = Unsqueeze(a, ax0)
+    z = Shape(u)
+}}"""
+
+
+def test_a_grid_over_a_dynamic_width_cannot_be_static():
+    from graphfix.graph.shapes import unnamed_dims_may_be_static
+
+    graph = to_graph(parse(_grid(3)))
+    infer_shapes(graph)
+    assert not isinstance(graph.tensors()["u"].shape[1], int)  # ONNX alone: unnamed
+    # computed at W = 5 and 10: 5 and 10, so it depends on W
+    assert not unnamed_dims_may_be_static(graph, {"x": (1, 3, 4, 5)})
+
+
+def test_a_grid_over_a_static_dim_may_be_static():
+    from graphfix.graph.shapes import unnamed_dims_may_be_static
+
+    graph = to_graph(parse(_grid(1)))  # Range(0, 3): 3 at every size
+    infer_shapes(graph)
+    assert not isinstance(graph.tensors()["u"].shape[1], int)
+    assert unnamed_dims_may_be_static(graph, {"x": (1, 3, 4, 5)})
+
+
+def test_a_grid_over_values_is_undecided():
+    from graphfix.graph.shapes import unnamed_dims_may_be_static
+
+    graph = to_graph(parse(_grid(3, end="mf")))  # Range(0, max(x)): the data decides
+    infer_shapes(graph)
+    assert unnamed_dims_may_be_static(graph, {"x": (1, 3, 4, 5)})
+
+
+def test_a_grid_past_the_node_limit_is_undecided(monkeypatch):
+    from graphfix.graph import shapes
+
+    monkeypatch.setattr(shapes, "COMPUTED_NODES", 3)  # the grid takes 5 nodes
+    graph = to_graph(parse(_grid(3)))
+    infer_shapes(graph)
+    assert shapes.unnamed_dims_may_be_static(graph, {"x": (1, 3, 4, 5)})
+
+
+def test_fold_constants_computes_grids_instead_of_the_symbolic_run(monkeypatch):
+    from graphfix.graph import shapes
+    from graphfix.passes.base import PassContext
+    from graphfix.passes.fold_constants import FoldConstants
+
+    asked = []
+    real = shapes.symbolic_shapes
+    monkeypatch.setattr(shapes, "symbolic_shapes", lambda m: asked.append(1) or real(m))
+    dynamic = to_graph(parse(_grid(3)))
+    FoldConstants().run(dynamic, PassContext(input_shapes={"x": (1, 3, 4, 5)}))
+    assert asked == []  # 1.9 s of sympy on a dynamic YOLOv8n, and nothing to find
+    assert any(n.op == "Range" for n in dynamic.nodes)
+    static = to_graph(parse(_grid(1)))  # folded before any Shape is left to ask about
+    result = FoldConstants().run(static, PassContext(input_shapes={"x": (1, 3, 4, 5)}))
+    assert asked == [] and result.changed
+    static.cleanup()
+    assert static.nodes == [] and static.outputs[0].values.tolist() == [1, 3]
+
+
 def test_reshape_dims_follow_onnx_reshape():
     assert reshape_dims([2, 3, 4], [0, -1], False) == [2, 12]
     assert reshape_dims([2, 3, 4], [0, -1], True) == [0, None]  # 0 is a size; -1 unknown

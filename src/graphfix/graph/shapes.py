@@ -6,6 +6,7 @@ import contextlib
 import logging
 import math
 
+import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
@@ -66,7 +67,9 @@ def unnamed_dims_may_be_static(graph: gs.Graph, sizes: dict[str, tuple[int, ...]
     differs between the two depends on the input dims, so no inference can find it
     static; a dim unknown at either, or equal at both, might be (RAFT's pyramid dims: H/8
     at a dynamic batch). swin_t at a dynamic batch: every such dim is batch*64 or
-    batch*16, so the symbolic run is skipped."""
+    batch*16, so the symbolic run is skipped. Where ONNX's inference stops at an op its
+    data propagation lacks (Range: a detector's anchor grid over a feature map's width),
+    the dims are computed instead (`_computed_shapes`)."""
     dynamic = {t.name: [i for i, d in enumerate(t.shape or ()) if not isinstance(d, int)]
                for t in graph.inputs}
     readers = _unnamed_readers(graph)
@@ -76,7 +79,8 @@ def unnamed_dims_may_be_static(graph: gs.Graph, sizes: dict[str, tuple[int, ...]
         return True
     model = export_skeleton(graph)
     del model.graph.value_info[:]
-    at = [_concrete_dims(model, dynamic, sizes, scale) for scale in (1, 2)]
+    wanted = [name for name, _ in readers]
+    at = [_concrete_dims(model, dynamic, sizes, scale, wanted) for scale in (1, 2)]
     for name, positions in readers:
         if positions is None:  # unknown rank
             return True
@@ -109,9 +113,11 @@ def _unnamed_readers(graph: gs.Graph) -> list[tuple[str, list[int] | None]]:
 
 
 def _concrete_dims(model: onnx.ModelProto, dynamic: dict[str, list[int]],
-                   sizes: dict[str, tuple[int, ...]], scale: int) -> dict[str, list]:
+                   sizes: dict[str, tuple[int, ...]], scale: int,
+                   wanted: list[str]) -> dict[str, list]:
     """Every tensor's dims (None: unknown) by ONNX's inference with the dynamic input
-    dims set to `sizes` times `scale`."""
+    dims set to `sizes` times `scale`; those of `wanted` that it leaves unknown computed
+    where they can be (`_computed_shapes`)."""
     concrete = onnx.ModelProto()
     concrete.CopyFrom(model)
     for vi in concrete.graph.input:
@@ -126,11 +132,111 @@ def _concrete_dims(model: onnx.ModelProto, dynamic: dict[str, list[int]],
     except Exception:  # noqa: BLE001 - the sizes do not suit the model: undecided
         return {}
     dims = {}
-    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+    g = inferred.graph
+    for vi in [*g.input, *g.value_info, *g.output]:
         if vi.type.tensor_type.HasField("shape"):
             dims[vi.name] = [d.dim_value if d.HasField("dim_value") else None
                              for d in vi.type.tensor_type.shape.dim]
+    unknown = [n for n in dict.fromkeys(wanted) if None in dims.get(n, [None])]
+    if unknown:
+        dims.update(_computed_shapes(inferred, dims, unknown))
     return dims
+
+
+COMPUTED_NODES = 256
+"""The most nodes `_computed_shapes` runs for the tensors it is asked about."""
+
+
+def _computed_shapes(model: onnx.ModelProto, dims: dict[str, list],
+                     names: list[str]) -> dict[str, list[int]]:
+    """The shapes of those `names` that can be computed from constants and the static
+    shapes in `dims`, by running onnxruntime on the nodes that make them: a Shape or Size
+    of a tensor whose dims are all known becomes that constant, and a tensor that needs
+    a graph input (or a weight the skeleton leaves out), a node with a body or outside
+    ONNX's domain, or more than COMPUTED_NODES nodes, is left out (unknown). Where ONNX's
+    inference cannot follow (its data propagation has no Range), this finds what
+    onnxruntime would, for these sizes."""
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    known = {t.name for t in graph.initializer}
+    consts: dict[str, np.ndarray] = {}
+    ok: dict[str, bool] = {}
+
+    def computable(name: str) -> bool:  # iterative: graphs are deep
+        stack = [name]
+        while stack:
+            top = stack[-1]
+            if top in ok:
+                stack.pop()
+                continue
+            if not top or top in known:
+                ok[top] = True
+                stack.pop()
+                continue
+            node = producer.get(top)
+            value = _static_shape_value(node, dims) if node is not None else None
+            if value is not None:
+                consts[top] = value
+                ok[top] = True
+                stack.pop()
+                continue
+            if (node is None or node.domain not in ("", "ai.onnx")
+                    or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                           for a in node.attribute)):
+                ok[top] = False
+                stack.pop()
+                continue
+            pending = [i for i in node.input if i not in ok]
+            if pending:
+                stack.extend(pending)
+                continue
+            ok.update(dict.fromkeys(node.output, all(ok[i] for i in node.input)))
+            stack.pop()
+        return ok[name]
+
+    targets = [n for n in names if computable(n)]
+    if not targets:
+        return {}
+    needed: set[int] = set()
+    stack = list(targets)
+    while stack:
+        name = stack.pop()
+        node = producer.get(name)
+        if name in consts or node is None or id(node) in needed:
+            continue
+        needed.add(id(node))
+        stack.extend(node.input)
+    if len(needed) > COMPUTED_NODES:
+        return {}
+    nodes = [n for n in graph.node if id(n) in needed]
+    read = {i for n in nodes for i in n.input}
+    closure = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            nodes, "shapes", [], [onnx.helper.make_empty_tensor_value_info(n) for n in targets],
+            [t for t in graph.initializer if t.name in read]
+            + [onnx.numpy_helper.from_array(v, k) for k, v in consts.items() if k in read]),
+        opset_imports=model.opset_import, ir_version=model.ir_version)
+    from graphfix.runtime.session import make_session
+
+    try:
+        values = make_session(closure, once=True).run(targets, {})
+    except Exception:  # noqa: BLE001 - onnxruntime cannot: unknown, as before
+        return {}
+    return {n: list(np.shape(v)) for n, v in zip(targets, values, strict=True)}
+
+
+def _static_shape_value(node: onnx.NodeProto, dims: dict[str, list]) -> np.ndarray | None:
+    """The output of a Shape or Size node whose input's dims are all in `dims`, else None."""
+    if node.op_type not in ("Shape", "Size") or node.domain not in ("", "ai.onnx"):
+        return None
+    shape = dims.get(node.input[0]) if node.input else None
+    if shape is None or None in shape:
+        return None
+    if node.op_type == "Size":
+        return np.array(math.prod(shape), dtype=np.int64)
+    attrs = {a.name: a.i for a in node.attribute}
+    start, end = attrs.get("start", 0), attrs.get("end", len(shape))
+    return np.array(shape[start:end], dtype=np.int64)  # ONNX clamps as Python slices do
 
 
 def symbolic_shapes(model: onnx.ModelProto) -> onnx.ModelProto | None:
