@@ -134,7 +134,7 @@ def test_reshape_inside_an_if_branch():
     ("s = Shape(x) t = Concat<axis=0>(s, one) y = Reshape(r, t)",
      "its target has entries not known statically (dim 0 of 'x', dim 1 of 'x') "
      "that neither 0 nor a single -1 can express"),
-    ("s = Shape(x) t = Concat<axis=0>(s, one) y = Reshape<allowzero=1>(x, t)",
+    ("s = Shape(x) t = Concat<axis=0>(s, zero) y = Reshape<allowzero=1>(x, t)",
      "its target has entries not known statically (dim 0 of 'x', dim 1 of 'x') "
      "that neither 0 nor a single -1 can express"),
     ("s = Shape(x) f = Cast<to=1>(s) c = Cast<to=7>(f) t = Concat<axis=0>(c, one) "
@@ -143,8 +143,24 @@ def test_reshape_inside_an_if_branch():
 ])
 def test_targets_that_cannot_be_expressed_stay(body, reason):
     model = parse(header() + f"""
-    g (float[N,M] x) => (float[?,?,?] y) <int64[1] one = {{1}}> {{ r = Relu(x) {body} }}""")
+    g (float[N,M] x) => (float[?,?,?] y) <int64[1] one = {{1}}, int64[1] zero = {{0}}> {{
+        r = Relu(x) {body} }}""")
     assert_skips(FoldReshapeTargets(), model, "Reshape 'y'", reason)
+
+
+def test_allowzero_targets_copy_dims_under_allowzero_0():
+    # torch's default exporter: Reshape<allowzero=1>(ids, Concat([-1], Shape(ids)[1:2]))
+    model = parse(header() + """
+    g (float[N,M,4] x) => (float[?,?,?] y) <int64[1] m1 = {-1}, int64[1] four = {4}> {
+        s = Shape<start=1, end=2>(x)
+        t = Concat<axis=0>(m1, s, four)
+        y = Reshape<allowzero=1>(x, t)
+    }""")
+    out = assert_rewrites(FoldReshapeTargets(), model, ["Reshape"],
+                          {"made Reshape targets computed from Shape constant": 1},
+                          [feeds(2, 3, 4), feeds(1, 5, 4, seed=1)])
+    assert target_of(out, "y") == [-1, 0, 4]
+    assert not out.graph.node[0].attribute  # allowzero 0, the default: 0 copies the dim
 
 
 def test_constant_targets_are_not_candidates():

@@ -12,7 +12,9 @@ The target is evaluated element by element: each entry is a known integer or
 - dimension i of the Reshape's own input at position i, or of a tensor whose
   dimension is that one by construction (`graph.dimorigin`: YOLOv8's dynamic-batch head
   reshapes each level by the batch of the first, a Conv of the same input): written 0,
-  which copies that dimension (allowzero=0 only), or
+  which copies that dimension (under allowzero=1, which torch's default exporter writes
+  on every Reshape, only where the target has no literal 0; the Reshape then gets
+  allowzero=0, which differs from 1 only in what a 0 entry means), or
 - for exactly one entry, anything else, written -1, when every other entry is a
   positive integer: a dimension, or a value this pass does not evaluate (B * nW in
   Swin's window attention) of an integer tensor whose length the shapes say. The
@@ -46,6 +48,7 @@ unknown entry stays, with a note.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -75,7 +78,7 @@ class FoldReshapeTargets(Pass):
     says, in every graph including If/Loop/Scan bodies. Skips, with a note, a
     target that uses an op it does not evaluate, a target that copies a dimension
     of another tensor (or of its input at another position) more than once, and
-    allowzero=1 Reshapes that would need a 0 entry.
+    allowzero=1 Reshapes that would need a 0 entry beside a literal 0.
     """
 
     name = "fold-reshape-targets"
@@ -124,12 +127,14 @@ class FoldReshapeTargets(Pass):
                     refused.append((node, LIMIT_REACHED))
                     continue
                 name = fresh_name(f"{node.outputs[0].name}_shape", names)
-                node.inputs[1] = gs.Constant(name, np.array(target, dtype=np.int64))
+                node.inputs[1] = gs.Constant(name, np.array(target.values, dtype=np.int64))
+                if target.allowzero != int(node.attrs.get("allowzero", 0)):
+                    node.attrs.pop("allowzero")  # 0, the default: its 0 entries copy
                 result.counts["made Reshape targets computed from Shape constant"] += 1
                 out = node.outputs[0]
                 if out.shape is None:  # a later target may read it (nodes are in order)
-                    out.shape = _reshaped(node.inputs[0].shape, target,
-                                          bool(node.attrs.get("allowzero", 0)))
+                    out.shape = _reshaped(node.inputs[0].shape, target.values,
+                                          bool(target.allowzero))
             if len(refused) == len(pending) or not refused:
                 break
             # a folded target gives its Reshape a static output, and the ops after it
@@ -142,29 +147,41 @@ class FoldReshapeTargets(Pass):
         return result
 
 
-def _target(node: gs.Node, opset: int, origins: DimOrigins) -> list[int] | gs.Tensor | str:
-    """The constant target for `node`, the tensor whose shape it is, or why neither."""
+class _Constant(NamedTuple):
+    """A constant target, and the allowzero it needs (`_target`)."""
+
+    values: list[int]
+    allowzero: int
+
+
+def _target(node: gs.Node, opset: int, origins: DimOrigins) -> _Constant | gs.Tensor | str:
+    """The constant target for `node`, the tensor whose shape it is, or why neither.
+
+    allowzero=1 only changes what a 0 entry means (a zero, not a copy): where the target
+    has no literal 0, a dim it copies is written 0 under allowzero=0, which copies the
+    same dim (torch's default exporter writes allowzero=1 on every Reshape)."""
     value = evaluate(node.inputs[1], opset)
     if isinstance(value, str):
         return f"its target is not static: {value}"
     x = node.inputs[0]
     allowzero = int(node.attrs.get("allowzero", 0))
+    copies = not allowzero or 0 not in value.entries
     target: list[int | None] = []
+    copied = False
     for i, entry in enumerate(value.entries):
         if isinstance(entry, int):
             target.append(entry)
-        elif (isinstance(entry, Dim) and not allowzero
+        elif (isinstance(entry, Dim) and copies
               and origins.same(entry.tensor, entry.axis, x, i)):
             target.append(0)
+            copied = True
         else:
             target.append(None)
     free = [i for i, t in enumerate(target) if t is None]
-    if not free:
-        return [int(t) for t in target]
-    others = [t for t in target if t is not None]
-    if len(free) == 1 and all(t > 0 for t in others):
-        target[free[0]] = -1
-        return [int(t) for t in target]
+    if not free or (len(free) == 1 and all(t > 0 for t in target if t is not None)):
+        if free:
+            target[free[0]] = -1
+        return _Constant([int(t) for t in target], 0 if copied else allowzero)
     whole = _whole_shape_of(value)
     if whole is not None:
         if _is_whole_shape(node.inputs[1]):
