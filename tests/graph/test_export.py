@@ -177,3 +177,32 @@ def test_every_spilled_constant_is_one_the_skeleton_leaves_out():
             light = skeleton(export(graph))
             onnx.checker.check_model(light)
             assert ("c" in {i.name for i in light.graph.input}) is spilled
+
+
+def test_attributes_gs_cannot_export_round_trip_typed_and_byte_exact():
+    """tf2onnx leaves TensorFlow attributes on ops it cannot convert: a serialized
+    `config_proto` (bytes that are not UTF-8) and an empty `_collective_manager_ids`.
+    gs's import raises on the first and its export on the second (no element to type)."""
+    from graphfix.graph import to_model
+
+    raw = b"\n\x07\n\x03CPU\x10\x01\x82\x01\x00"
+    node = onnx.helper.make_node("Call", ["x"], ["y"], domain="tf", name="call",
+                                 config_proto=raw, plain="text")
+    for name, kind in (("ids", onnx.AttributeProto.INTS),
+                       ("scales", onnx.AttributeProto.FLOATS),
+                       ("tags", onnx.AttributeProto.STRINGS)):
+        node.attribute.add(name=name, type=kind)
+    node.attribute.add(name="keys", type=onnx.AttributeProto.STRINGS, strings=[raw, b"k"])
+    f32 = onnx.TensorProto.FLOAT
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph([node], "g", [onnx.helper.make_tensor_value_info("x", f32, [2])],
+                               [onnx.helper.make_tensor_value_info("y", f32, [2])]),
+        opset_imports=[onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("tf", 1)])
+    graph = to_graph(model)
+    attrs = graph.nodes[0].attrs
+    assert attrs["config_proto"] == raw and attrs["plain"] == "text"
+    assert attrs["ids"] == [] and attrs["keys"] == [raw, "k"]
+    out = to_model(graph, model)
+    onnx.checker.check_model(out)
+    written = {a.name: a for a in out.graph.node[0].attribute}
+    assert written == {a.name: a for a in node.attribute}  # types and bytes as read

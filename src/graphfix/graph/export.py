@@ -194,6 +194,10 @@ def fill_node(proto: onnx.NodeProto, node: gs.Node, domains: set | None = None) 
         if kind is int or kind is float or kind is str or (
                 kind is list and value and _plain_list(value)):
             _fill_plain_attribute(proto.attribute.add(), key, value)
+        elif isinstance(value, list) and not value:  # no element to tell the type by
+            attr = proto.attribute.add()
+            attr.name = key
+            attr.type = getattr(value, "attr_type", onnx.AttributeProto.INTS)
         elif isinstance(value, gs.Graph):
             attr = proto.attribute.add()
             attr.name = key

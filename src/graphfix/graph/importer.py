@@ -41,6 +41,30 @@ with any other (a graph, a sparse tensor, a type) goes to gs."""
 _dtypes: dict[int, object] = {}
 
 
+class EmptyList(list):
+    """An empty INTS/FLOATS/STRINGS attribute, with its type: a list has none to infer
+    from when there is no element (`graph.export` writes it back with this type; gs's
+    exporter raises on any empty list). tf2onnx keeps TensorFlow attributes such as an
+    empty `_collective_manager_ids`."""
+
+    def __init__(self, attr_type: int) -> None:
+        super().__init__()
+        self.attr_type = attr_type
+
+    def __reduce__(self):  # copies and pickles keep the type
+        return (EmptyList, (self.attr_type,))
+
+
+def _text(raw: bytes) -> str | bytes:
+    """A STRING attribute as text, or as its bytes where they are not UTF-8 (ONNX allows
+    any bytes: tf2onnx copies a TensorFlow op's serialized `config_proto`); either is
+    written back as it was read."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return raw
+
+
 def _numpy_type(elem: int):
     """gs's `get_numpy_type` of an ONNX element type (it lists onnx's types on each
     call), learnt once per type; None where numpy has none."""
@@ -230,15 +254,15 @@ class _Importer:
             if kind == _A.INT:
                 converted[attr.name] = attr.i
             elif kind == _A.INTS:
-                converted[attr.name] = list(attr.ints)
+                converted[attr.name] = list(attr.ints) or EmptyList(kind)
             elif kind == _A.FLOAT:
                 converted[attr.name] = attr.f
             elif kind == _A.FLOATS:
-                converted[attr.name] = list(attr.floats)
+                converted[attr.name] = list(attr.floats) or EmptyList(kind)
             elif kind == _A.STRING:
-                converted[attr.name] = attr.s.decode()
+                converted[attr.name] = _text(attr.s)
             elif kind == _A.STRINGS:
-                converted[attr.name] = [s.decode() for s in attr.strings]
+                converted[attr.name] = [_text(s) for s in attr.strings] or EmptyList(kind)
             else:
                 converted[attr.name] = _constant(attr.t)
         return converted
