@@ -380,7 +380,8 @@ def model_feeds(
                 "a random integer breaks a model whose scalar input is a rate or a mode "
                 f"(e.g. a sample rate it compares with 16000), and nothing in the graph "
                 f"compares '{info.name}' with a constant",
-                f"pass --input-value {info.name}=VALUE (e.g. {info.name}=16000), or real "
+                f"pass --input-value {info.name}=VALUE with a value it takes in use (a "
+                "sample rate: 16000; a diffusion UNet's timestep: 500), or real "
                 "inputs with --data",
             )
     fixed.update(values)
