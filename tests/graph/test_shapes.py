@@ -3,6 +3,11 @@ the dims ONNX leaves unknown."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from gfhelpers import parse
 
 from graphfix.graph import to_graph
@@ -234,3 +239,25 @@ def test_reshape_dims_follow_onnx_reshape():
     assert reshape_dims([2, 3], [1, 0, 0], False) == [1, 3, None]  # past the input's rank
     assert reshape_dims([6], [-1, -1], False) == [None, None]
     assert reshape_dims([6], [-2, 3], False) == [None, 3]
+
+
+def test_symbolic_inference_never_runs_onnxruntime_tools_package_init():
+    """onnxruntime/tools/__init__.py imports torch wherever torch is installed (1.1 s and
+    190 MiB of a BERT run); graphfix loads symbolic_shape_infer.py from its file."""
+    code = (
+        "import sys\n"
+        "from gfhelpers import parse\n"
+        "from test_shapes import MODEL\n"
+        "from graphfix.graph import to_graph\n"
+        "from graphfix.graph.shapes import infer_shapes\n"
+        "graph = to_graph(parse(MODEL))\n"
+        "infer_shapes(graph, symbolic=True)\n"
+        "assert graph.tensors()['y'].shape == ['N', 8, 2], graph.tensors()['y'].shape\n"
+        "print(sorted(m for m in sys.modules if m.startswith('onnxruntime.tools')))\n"
+    )
+    here = Path(__file__).resolve().parent
+    paths = [str(here), str(here.parent), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True)
+    assert out.stdout.strip() == "[]", out.stdout  # neither the package nor torch's helper
