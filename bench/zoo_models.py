@@ -14,6 +14,12 @@ Two sources:
   default exporter writes them since torch 2.9 (`exporter="dynamo"`, named `*_dynamo`):
   its own opset (20 with torch 2.13), its own graph optimizations (BatchNorm folded in
   eval mode), the weights in a `.data` file beside the model.
+- `text`: transformers models (BERT, GPT-2) built from a small config with random
+  weights (seeded), exported by either torch exporter with a dynamic batch and sequence,
+  as users export them (`zoo_export.export_transformers`).
+- `yolo`: an ultralytics YOLO built from its yaml with random weights, exported by
+  ultralytics' own exporter (`model.export(format="onnx")`, without its onnxslim step), as
+  its users run it (`zoo_export.export_ultralytics`).
 - `wheel`: ONNX files shipped inside PyPI wheels of other toolchains (PaddleOCR models
   in rapidocr-onnxruntime, Silero VAD in silero-vad), exported by their authors.
 
@@ -81,6 +87,17 @@ def _dynamo(arch: str, size_mb: float) -> ZooModel:
     return ZooModel(f"{arch}_dynamo", "image", {"input": (1, 3, 224, 224)}, size_mb,
                     {"input": (2, 3, 224, 224)}, exporter="dynamo", arch=arch,
                     note="torch's default exporter (dynamo=True); weights in a .data file")
+
+
+def _text(name: str, family: str, size_mb: float, exporter: str = "torchscript") -> ZooModel:
+    """A transformers model of `family` (`zoo_export.TEXT_CONFIGS`), checked at batch 1
+    and 16 tokens; every input shares the batch and sequence dims."""
+    names = ("input_ids", "attention_mask") + (("token_type_ids",) if family == "bert" else ())
+    outputs = ("last_hidden_state", "pooler_output") if family == "bert" else ("logits",)
+    return ZooModel(name, "text", {n: (1, 16) for n in names}, size_mb,
+                    {n: (2, 16) for n in names}, outputs=outputs, exporter=exporter,
+                    arch=family, note="transformers, 4 layers, random weights; dynamic "
+                    "batch and sequence")
 
 
 def _segmentation(name: str, size_mb: float) -> ZooModel:
@@ -156,6 +173,16 @@ MODELS: tuple[ZooModel, ...] = (
     # the issue-18 report's RetinaNet and Faster R-CNN
     _detection("retinanet_resnet50_fpn", 130, _BOXES, **_RCNN_320),
     _detection("fasterrcnn_resnet50_fpn", 160, _RCNN, **_RCNN_320),
+    # transformers models and ultralytics YOLO, the other exports TensorRT users bring:
+    # BERT's token_type_ids index a 2-row table; GPT-2 from torch's default exporter has
+    # allowzero=1 on every Reshape; YOLOv8 with dynamic=True builds its anchor grids with
+    # Range over feature-map widths
+    _text("bert", "bert", 20.7),
+    _text("gpt2_dynamo", "gpt2", 21.3, exporter="dynamo"),
+    ZooModel("yolov8n_dynamic", "yolo", {"images": (1, 3, 320, 320)}, 12.1,
+             outputs=("output0",), options={"cfg": "yolov8n.yaml", "imgsz": 320,
+                                              "dynamic": True},
+             note="ultralytics' exporter, dynamic=True: batch, height and width dynamic"),
     ZooModel("r3d_18", "video", {"input": (1, 3, 8, 112, 112)}, 127,
              {"input": (2, 3, 8, 112, 112)}, note="3-D convolutions (video)"),
     ZooModel("raft_small", "flow",

@@ -57,6 +57,9 @@ def zoo_file(spec: zoo_models.ZooModel) -> Path:
                         "pip install -e '.[zoo]'")
     if importlib.util.find_spec("torchvision") is None:
         pytest.skip("the zoo needs torchvision: pip install -e '.[zoo]'")
+    exporter = {"text": "transformers", "yolo": "ultralytics"}.get(spec.kind)
+    if exporter and importlib.util.find_spec(exporter) is None and not path.exists():
+        pytest.skip(f"{spec.name} is exported with {exporter}: pip install {exporter}")
     import zoo_export
 
     return zoo_export.ensure(spec, cache)[0]
@@ -109,6 +112,10 @@ FEWER_NODES_ELSEWHERE = {
     "raft_small": "one node more than onnxslim (1073 vs 1072): graphfix keeps two "
                   "Concats of the batch size and constants ([N,1,1,1], [N,16,16,-1]) "
                   "where onnxslim has one; not looked into (bench/RESULTS.md, zoo)",
+    "gpt2_dynamo": "six nodes more than onnxsim (226 vs 220): onnxsim removes the Reshape "
+                   "pair around each MLP's GELU (Gemm -> Reshape [b, s, 1024] -> GELU's "
+                   "elementwise ops -> Reshape [-1, 1024] -> Gemm); graphfix collapses "
+                   "Reshape pairs only when nothing is between them",
 }
 
 
