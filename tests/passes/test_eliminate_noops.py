@@ -11,6 +11,7 @@ from onnx import numpy_helper
 from graphfix.graph import fingerprint, to_graph
 from graphfix.passes.base import Note, PassContext
 from graphfix.passes.eliminate_noops import EliminateNoops
+from graphfix.runtime.session import run_model
 
 INT64_MAX = 2**63 - 1
 CONV_W = "float[4,4,1,1] w = {" + ", ".join(str(v / 16) for v in range(16)) + "}"
@@ -270,6 +271,71 @@ def test_reshape_pair_whose_first_has_another_consumer_stays():
     }""")
     assert_kept(model, "Reshape 'y'", "its target shape (4, 6) changes the input shape (6, 4); "
                 "the Reshape before it also feeds another node")
+
+
+def _gelu_between_reshapes(back: str = "{-1, 8}", tail: str = "y = MatMul(b, w)",
+                           outputs: str = "float[N,3] y") -> onnx.ModelProto:
+    """GPT-2's MLP as torch's default exporter writes it: [B*S, 8] -> Reshape [B, S, 8] ->
+    GELU (tanh form, one-element constants) -> Reshape [-1, 8] -> MatMul."""
+    return parse(header() + f"""
+    g (float[N,8] x) => ({outputs})
+      <int64[3] mid = {{-1, 2, 8}}, int64[2] back = {back}, float half = {{0.5}},
+       float three = {{3.0}}, float k = {{0.044715}}, float c = {{0.7978846}},
+       float one = {{1.0}}, float[8,3] w = {{{", ".join(str(v / 10) for v in range(24))}}}> {{
+        m = Reshape(x, mid)
+        h = Mul(m, half)
+        p = Pow(m, three)
+        q = Mul(p, k)
+        r = Add(m, q)
+        u = Mul(r, c)
+        t = Tanh(u)
+        v = Add(t, one)
+        g = Mul(h, v)
+        b = Reshape(g, back)
+        {tail}
+    }}""")
+
+
+def test_reshape_pair_around_elementwise_ops_goes():
+    model = _gelu_between_reshapes()
+    out = assert_removes(model, ["Mul", "Pow", "Mul", "Add", "Mul", "Tanh", "Add", "Mul",
+                                 "MatMul"],
+                         {"removed Reshape pairs around elementwise ops": 1},
+                         [feeds_for(model, x=(4, 8)), feeds_for(model, x=(6, 8))])
+    feeds = feeds_for(model, x=(8, 8))  # exact: the same elements through the same ops
+    np.testing.assert_array_equal(run_model(out, feeds)["y"], run_model(model, feeds)["y"])
+    from graphfix.graph.shapes import infer_shapes
+
+    graph = to_graph(model)
+    infer_shapes(graph)
+    assert len(graph.tensors()["g"].shape) == 3
+    EliminateNoops().run(graph, PassContext())
+    assert graph.tensors()["g"].shape == ["N", 8]  # x's shape now, not the middle one
+
+
+@pytest.mark.parametrize(("model", "why"), [
+    (_gelu_between_reshapes(tail="y = MatMul(b, w)\n        z = Neg(t)",
+                            outputs="float[N,3] y, float[?,2,8] z"),
+     "a tensor between them is read elsewhere, in the middle shape"),
+    (_gelu_between_reshapes(back="{-1, 16}", tail="y = Neg(b)", outputs="float[?,16] y"),
+     "the second Reshape does not give x's shape back"),
+])
+def test_reshape_pairs_around_elementwise_ops_that_must_stay(model, why):
+    out, result = apply(EliminateNoops(), model)
+    assert ops(out).count("Reshape") == 2, why
+    assert "removed Reshape pairs around elementwise ops" not in result.counts
+
+
+def test_reshape_pair_around_a_per_channel_constant_stays():
+    model = parse(header() + """
+    g (float[N,8] x) => (float[N,8] y)
+      <int64[3] mid = {-1, 2, 4}, int64[2] back = {-1, 8}, float[4] bias = {1, 2, 3, 4}> {
+        m = Reshape(x, mid)
+        a = Add(m, bias)
+        y = Reshape(a, back)
+    }""")
+    out, _ = apply(EliminateNoops(), model)
+    assert ops(out) == ["Reshape", "Add", "Reshape"]  # [4] broadcasts by the middle shape
 
 
 # ----------------------------------------------------------------------------- Transpose

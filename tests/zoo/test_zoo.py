@@ -112,10 +112,6 @@ FEWER_NODES_ELSEWHERE = {
     "raft_small": "one node more than onnxslim (1073 vs 1072): graphfix keeps two "
                   "Concats of the batch size and constants ([N,1,1,1], [N,16,16,-1]) "
                   "where onnxslim has one; not looked into (bench/RESULTS.md, zoo)",
-    "gpt2_dynamo": "six nodes more than onnxsim (226 vs 220): onnxsim removes the Reshape "
-                   "pair around each MLP's GELU (Gemm -> Reshape [b, s, 1024] -> GELU's "
-                   "elementwise ops -> Reshape [-1, 1024] -> Gemm); graphfix collapses "
-                   "Reshape pairs only when nothing is between them",
 }
 
 

@@ -6,6 +6,8 @@ candidate, or None when the node is not a candidate.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx_graphsurgeon as gs
 
@@ -30,9 +32,93 @@ def reshape(node: gs.Node, view: View) -> Plan | str:
         return Plan("removed Reshape to the same shape")
     first = _lone_producer(view, node.inputs[0], "Reshape")
     if first is None:
-        return same
+        return around_elementwise(node, view) or same
     plan = first if isinstance(first, str) else _collapse(first, node)
     return plan if isinstance(plan, Plan) else f"{same}; {plan}"
+
+
+_ELEMENTWISE = frozenset({
+    "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Erf", "Gelu",
+    "Exp", "Log", "Neg", "Abs", "Sqrt", "Reciprocal", "Softplus", "Softsign", "Elu", "Selu",
+    "Celu", "Mish", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Cast", "Clip",
+    "ThresholdedRelu", "Not", "IsNaN", "IsInf", "Identity",
+    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "And", "Or", "Xor",
+})
+"""Ops that compute each output element from the elements at the same position of their
+inputs (with one-element constants broadcast): the data's layout does not matter to them."""
+AROUND_MAX_NODES = 64
+"""The most elementwise nodes between two Reshapes `around_elementwise` looks through."""
+
+
+def around_elementwise(node: gs.Node, view: View) -> Plan | None:
+    """Reshape(f(Reshape(x, t1)), t2) as f(x), where f is a region of elementwise ops
+    (`_ELEMENTWISE`) whose other operands are one-element constants and which reads the
+    first Reshape's output and nothing else, no tensor of it read outside it, and t2 (a
+    constant without 0 entries) gives x's shape back: elementwise ops do the same to each
+    element whatever the shape, and a Reshape moves no element, so f(x) has the same
+    elements in the same order. GPT-2 from torch's default exporter: [b*s, 4d] ->
+    Reshape [b, s, 4d] -> GELU's eight ops -> Reshape [-1, 4d] between two Gemms, per
+    layer. None when `node` is not such a second Reshape."""
+    target = constant_value(node.inputs[1])
+    if target is None:
+        return None
+    t2 = [int(v) for v in target.reshape(-1)]
+    if 0 in t2:
+        return None
+    region: dict[int, gs.Node] = {}
+    first: gs.Node | None = None
+    stack, seen = [node.inputs[0]], set()
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        if isinstance(t, gs.Constant) or len(t.inputs) != 1 or is_graph_output(view.g, t):
+            return None
+        producer = t.inputs[0]
+        if id(producer) not in view.node_ids or not is_onnx(producer):
+            return None
+        if producer.op == "Reshape":
+            if first is not None and producer is not first:
+                return None
+            first = producer
+            continue
+        if producer.op not in _ELEMENTWISE or len(producer.outputs) != 1:
+            return None
+        region[id(producer)] = producer
+        if len(region) > AROUND_MAX_NODES:
+            return None
+        stack.extend(i for i in producer.inputs if not isinstance(i, gs.Constant) and i.name)
+    if first is None or not region:
+        return None
+    x, middle = first.inputs[0], first.outputs[0]
+    if x.shape is None or reshape_keeps(list(x.shape), t2, 1) is not True:
+        return None
+    rank = min(len(x.shape), _rank_of_target(first))
+    rewire = []
+    for n in region.values():
+        for i, t in enumerate(n.inputs):
+            if isinstance(t, gs.Constant):
+                if t.shape is None or math.prod(t.shape) != 1 or len(t.shape) > rank:
+                    return None  # a larger operand broadcasts by the middle shape
+            elif t is middle:
+                rewire.append((n, i))
+        out = n.outputs[0]
+        if any(id(r) not in region and r is not node for r in out.outputs):
+            return None
+    if any(id(r) not in region for r in middle.outputs) or is_graph_output(view.g, middle):
+        return None
+    return Plan("removed Reshape pairs around elementwise ops", drop=first, rewire=rewire,
+                rewire_to=x, reshaped=[n.outputs[0] for n in region.values()])
+
+
+def _rank_of_target(reshape: gs.Node) -> int:
+    """The rank of a Reshape's output: its recorded shape's, else its target's length;
+    0 where neither is known (then only 0-D constants count as one element)."""
+    if reshape.outputs[0].shape is not None:
+        return len(reshape.outputs[0].shape)
+    length = reshape.inputs[1].shape
+    return length[0] if length and isinstance(length[0], int) else 0
 
 
 def transpose(node: gs.Node, view: View) -> Plan | str:

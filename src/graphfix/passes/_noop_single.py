@@ -38,7 +38,8 @@ class Plan:
     second input (`operand`, named after `operand_role`) or a new op type (`op`).
 
     `source` replaces its first input; `drop` is the node before it that goes too;
-    `inputs` replaces all of its inputs (a node that stays).
+    `inputs` replaces all of its inputs (a node that stays); `rewire` points other nodes'
+    inputs at `rewire_to`, whose shape the `reshaped` tensors take.
     """
 
     count: str
@@ -50,6 +51,11 @@ class Plan:
     operand_role: str = "shape"
     op: str | None = None
     inputs: list[gs.Tensor] | None = None
+    # other nodes' inputs (node, index) that read `rewire_to` instead, and tensors that
+    # take its shape (`_noop_pairs.around_elementwise`)
+    rewire: list[tuple[gs.Node, int]] = field(default_factory=list)
+    rewire_to: gs.Tensor | None = None
+    reshaped: list[gs.Tensor] = field(default_factory=list)
 
 
 @dataclass

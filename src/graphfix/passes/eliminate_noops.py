@@ -10,6 +10,8 @@ Each rule, with x the first input and y the output::
     Transpose(x, perm=identity)      -> x
     Transpose(Transpose(x, p1), p2)  -> Transpose(x, p), p[i] = p1[p2[i]];  x if p is identity
     Reshape(Reshape(x, s1), s2)      -> Reshape(x, s2')   (0 entries of s2 resolved)
+    Reshape(f(Reshape(x, s1)), s2)   -> f(x)       f elementwise (one-element constants),
+                                                   read only there; s2 gives x's shape
     Squeeze(Unsqueeze(x, a), a)      -> x
     Unsqueeze(Unsqueeze(x, a1), a2)  -> Unsqueeze(x, a)    (the axes combined)
     Transpose(x, p)                  -> Reshape(x, s)      when p moves only size-1 axes
@@ -91,7 +93,10 @@ class EliminateNoops(Pass):
     Expand that keep the shape; Transpose with the identity permutation (or no perm on rank <= 1);
     two Transposes composed into one, both removed when they cancel (NHWC <-> NCHW
     around a Conv); two Reshapes collapsed into one, resolving the second's 0
-    entries (allowzero=0) from the tensor between them; Squeeze of an Unsqueeze on
+    entries (allowzero=0) from the tensor between them; two Reshapes around a region of
+    elementwise ops both removed where the second gives the first's input shape back
+    (`_noop_pairs.around_elementwise`: GPT-2's MLP from torch's default exporter);
+    Squeeze of an Unsqueeze on
     the same axes (attributes before opset 13, inputs from 13; negative axes with
     a known rank; a Squeeze without axes when the input has no size-1 dimension);
     two Unsqueezes merged into one; a Transpose that moves only size-1 axes (so
@@ -183,6 +188,11 @@ def _apply(view: View, node: gs.Node, plan: Plan, allow: Callable[[], bool]) -> 
         if plan.source is not None:
             node.inputs[0] = old
         return why
+    for reader, index in plan.rewire:
+        reader.inputs[index] = plan.rewire_to
+    for tensor in plan.reshaped:
+        shape = plan.rewire_to.shape
+        tensor.shape = list(shape) if shape is not None else None
     if plan.remove:
         bypass(view.g, node)
     else:
