@@ -163,6 +163,45 @@ def test_allowzero_targets_copy_dims_under_allowzero_0():
     assert not out.graph.node[0].attribute  # allowzero 0, the default: 0 copies the dim
 
 
+def _heads(order: str = "u, four, m1", x: str = "float[N,8,4,4] x") -> onnx.ModelProto:
+    """timm's BottleneckAttn: x.reshape(B * heads, dim_head, -1) with a dynamic batch."""
+    return parse(header() + f"""
+    g ({x}) => (float[?,?,?] y)
+      <int64 zero = {{0}}, int64 two = {{2}}, int64[1] ax = {{0}}, int64[1] four = {{4}},
+       int64[1] m1 = {{-1}}> {{
+        r = Relu(x)
+        s = Shape(r)
+        n = Gather<axis=0>(s, zero)
+        h = Mul(n, two)
+        u = Unsqueeze(h, ax)
+        t = Concat<axis=0>({order})
+        y = Reshape(r, t)
+    }}""")
+
+
+def test_batch_times_heads_beside_a_minus_one_becomes_minus_one_and_a_size():
+    out = assert_rewrites(FoldReshapeTargets(), _heads(), ["Relu", "Reshape"],
+                          {"made Reshape targets computed from Shape constant": 1},
+                          [feeds(3, 8, 4, 4), feeds(1, 8, 4, 4, seed=1)])
+    assert target_of(out, "y") == [-1, 4, 16]  # 128 elements a batch row / (2 * 4)
+
+
+@pytest.mark.parametrize(("model", "entry"), [
+    (_heads(order="four, u, m1"), "element 0 of 'h'"),  # k * N where x has 8: not N's place
+    (_heads(x="float[N,8,M,4] x"), "element 0 of 'h'"),  # two dynamic dims: no fixed size
+])
+def test_batch_times_heads_elsewhere_stays(model, entry):
+    from graphfix.graph import to_graph
+    from graphfix.passes.base import PassContext
+
+    graph = to_graph(model)  # inferred on the way (a Shape reads an unshaped tensor)
+    result = FoldReshapeTargets().run(graph, PassContext())
+    assert not result.counts
+    assert [(n.subject, n.reason) for n in result.notes] == [(
+        "Reshape 'y'", f"its target has entries not known statically ({entry}) that "
+        "neither 0 nor a single -1 can express")]
+
+
 def test_constant_targets_are_not_candidates():
     model = parse(header() + """
     g (float[2,3] x) => (float[6] y) <int64[1] t = {6}> { y = Reshape(x, t) }""")

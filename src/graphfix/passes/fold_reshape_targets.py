@@ -21,6 +21,13 @@ The target is evaluated element by element: each entry is a known integer or
   element count fixes that entry whatever it is; where the original Reshape succeeds,
   -1 gives the same shape (a 0 entry, copying a dim, would have to equal it too).
 
+One more form: `[k * d, q..., -1]` where k * d (a Mul of a dimension and a positive
+integer constant) stands at the position of the input's only dynamic dimension d, the
+same by construction: the input has d * P elements, so the -1 was P / (k * q) for every
+d, and the target becomes `[-1, q..., P / (k * q)]` (timm's BottleneckAttn,
+`x.reshape(B * heads, dim_head, -1)`; with d = 0 the original fails, a -1 beside a zero
+product).
+
 When it cannot become a constant but every entry is dimension i of one tensor T at
 position i, for all of T's dimensions, the target is T's shape: it becomes one
 `Shape(T)` node (PyTorch's `x.reshape(y.shape)` with dynamic axes is exported as a
@@ -182,6 +189,9 @@ def _target(node: gs.Node, opset: int, origins: DimOrigins) -> _Constant | gs.Te
         if free:
             target[free[0]] = -1
         return _Constant([int(t) for t in target], 0 if copied else allowzero)
+    scaled = _scaled_batch(node, value, target, free, opset, origins)
+    if scaled is not None:
+        return _Constant(scaled, allowzero)
     whole = _whole_shape_of(value)
     if whole is not None:
         if _is_whole_shape(node.inputs[1]):
@@ -192,6 +202,55 @@ def _target(node: gs.Node, opset: int, origins: DimOrigins) -> _Constant | gs.Te
         f"({', '.join(_describe(value.entries[i]) for i in free)}) that neither 0 nor a "
         "single -1 can express"
     )
+
+
+def _scaled_batch(node: gs.Node, value: Value, target: list[int | None], free: list[int],
+                  opset: int, origins: DimOrigins) -> list[int] | None:
+    """A target [k * d, q..., -1] whose k * d is at the position of the input's one
+    dynamic dim d (by construction, `graph.dimorigin`), written [-1, q..., v]: the
+    input has d * P elements (P its static dims), so the -1 was P / (k * q) whatever d is
+    (timm's BottleneckAttn: `x.reshape(B * heads, dim_head, -1)` with a dynamic batch).
+    With d = 0 the original fails (a -1 beside a zero product), so nothing that runs
+    changes. None where the target is not of that form."""
+    if len(free) != 1 or target.count(-1) != 1:
+        return None
+    i, minus = free[0], target.index(-1)
+    others = [t for j, t in enumerate(target) if j not in (i, minus)]
+    if any(t is None or t <= 0 for t in others):
+        return None
+    scaled = _scaled_dim(value.entries[i], opset)
+    x = node.inputs[0]
+    if scaled is None or x.shape is None or i >= len(x.shape):
+        return None
+    (dim, k), shape = scaled, x.shape
+    if [a for a, d in enumerate(shape) if not (isinstance(d, int) and d >= 0)] != [i]:
+        return None
+    if not origins.same(dim.tensor, dim.axis, x, i):
+        return None
+    elements, known = math.prod(d for a, d in enumerate(shape) if a != i), k * math.prod(others)
+    if elements % known or elements // known <= 0:
+        return None
+    out = list(target)
+    out[i], out[minus] = -1, elements // known
+    return [int(t) for t in out]
+
+
+def _scaled_dim(entry: Entry, opset: int) -> tuple[Dim, int] | None:
+    """(d, k) where `entry` is k * d: the element of a one-element Mul of a dimension and
+    a positive integer constant; else None."""
+    if not isinstance(entry, Opaque) or len(entry.tensor.inputs) != 1:
+        return None
+    mul = entry.tensor.inputs[0]
+    if not is_onnx(mul, "Mul") or len(mul.inputs) != 2:
+        return None
+    for a, b in (mul.inputs, mul.inputs[::-1]):
+        k = constant_value(b)
+        if k is None or k.size != 1 or k.dtype.kind not in "iu" or int(k.reshape(-1)[0]) <= 0:
+            continue
+        v = evaluate(a, opset)
+        if not isinstance(v, str) and len(v.entries) == 1 and isinstance(v.entries[0], Dim):
+            return v.entries[0], int(k.reshape(-1)[0])
+    return None
 
 
 def _whole_shape_of(value: Value) -> gs.Tensor | None:
