@@ -194,9 +194,16 @@ def test_attributes_gs_cannot_export_round_trip_typed_and_byte_exact():
         node.attribute.add(name=name, type=kind)
     node.attribute.add(name="keys", type=onnx.AttributeProto.STRINGS, strings=[raw, b"k"])
     f32 = onnx.TensorProto.FLOAT
+    body = onnx.helper.make_graph(  # a node with a body is imported by gs's own code
+        [onnx.helper.make_node("Identity", ["x"], ["b"])], "body", [],
+        [onnx.helper.make_tensor_value_info("b", f32, [2])])
+    looped = onnx.helper.make_node("Call2", ["x"], ["z"], domain="tf", name="looped", body=body)
+    looped.attribute.add(name="scales", type=onnx.AttributeProto.FLOATS)
     model = onnx.helper.make_model(
-        onnx.helper.make_graph([node], "g", [onnx.helper.make_tensor_value_info("x", f32, [2])],
-                               [onnx.helper.make_tensor_value_info("y", f32, [2])]),
+        onnx.helper.make_graph([node, looped], "g",
+                               [onnx.helper.make_tensor_value_info("x", f32, [2])],
+                               [onnx.helper.make_tensor_value_info("y", f32, [2]),
+                                onnx.helper.make_tensor_value_info("z", f32, [2])]),
         opset_imports=[onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("tf", 1)])
     graph = to_graph(model)
     attrs = graph.nodes[0].attrs
@@ -206,3 +213,5 @@ def test_attributes_gs_cannot_export_round_trip_typed_and_byte_exact():
     onnx.checker.check_model(out)
     written = {a.name: a for a in out.graph.node[0].attribute}
     assert written == {a.name: a for a in node.attribute}  # types and bytes as read
+    scales = next(a for a in out.graph.node[1].attribute if a.name == "scales")
+    assert scales.type == onnx.AttributeProto.FLOATS

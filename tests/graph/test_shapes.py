@@ -261,3 +261,17 @@ def test_symbolic_inference_never_runs_onnxruntime_tools_package_init():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, check=True)
     assert out.stdout.strip() == "[]", out.stdout  # neither the package nor torch's helper
+
+
+def test_computed_shapes_give_up_on_a_cycle_instead_of_looping():
+    from onnx import TensorProto, helper
+
+    from graphfix.graph.shapes import _computed_shapes
+
+    nodes = [helper.make_node("Add", ["b", "one"], ["a"]),
+             helper.make_node("Add", ["a", "one"], ["b"]),
+             helper.make_node("Identity", ["b"], ["c"])]
+    graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info(
+        "c", TensorProto.INT64, None)], [helper.make_tensor("one", TensorProto.INT64, [], [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert _computed_shapes(model, {}, ["c"]) == {}  # a malformed model: unknown, as before

@@ -277,4 +277,6 @@ class _Importer:
                 self.bodies = True
             elif attr.type == _A.TYPE_PROTO and self.keep_types:
                 converted[attr.name] = attr.tp
+            elif attr.type in (_A.INTS, _A.FLOATS, _A.STRINGS) and not converted.get(attr.name):
+                converted[attr.name] = EmptyList(attr.type)  # typed, as in `_attributes`
         return converted

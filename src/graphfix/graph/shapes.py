@@ -165,6 +165,7 @@ def _computed_shapes(model: onnx.ModelProto, dims: dict[str, list],
     known = {t.name for t in graph.initializer}
     consts: dict[str, np.ndarray] = {}
     ok: dict[str, bool] = {}
+    visiting: set[str] = set()
 
     def computable(name: str) -> bool:  # iterative: graphs are deep
         stack = [name]
@@ -191,7 +192,12 @@ def _computed_shapes(model: onnx.ModelProto, dims: dict[str, list],
                 stack.pop()
                 continue
             pending = [i for i in node.input if i not in ok]
+            if pending and top in visiting:  # back with inputs unresolved: a cycle
+                ok.update(dict.fromkeys(node.output, False))
+                stack.pop()
+                continue
             if pending:
+                visiting.add(top)
                 stack.extend(pending)
                 continue
             ok.update(dict.fromkeys(node.output, all(ok[i] for i in node.input)))
