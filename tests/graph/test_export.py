@@ -215,3 +215,66 @@ def test_attributes_gs_cannot_export_round_trip_typed_and_byte_exact():
     assert written == {a.name: a for a in node.attribute}  # types and bytes as read
     scales = next(a for a in out.graph.node[1].attribute if a.name == "scales")
     assert scales.type == onnx.AttributeProto.FLOATS
+
+
+def _merged_decoder(weight_elements: int = 4) -> onnx.ModelProto:
+    """optimum's merged decoder, in small: an If whose branches are the same decoder, both
+    reading the main graph's weight `w`, and naming a tensor alike (`c`) that one branch
+    casts to float and the other to int64."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    f32 = TensorProto.FLOAT
+    n = weight_elements
+
+    def branch(name: str, to: int) -> onnx.GraphProto:
+        return helper.make_graph(
+            [helper.make_node("Mul", ["x", "w"], ["m"]),
+             helper.make_node("Cast", ["m"], ["c"], to=to),
+             helper.make_node("Cast", ["c"], ["out"], to=f32)],
+            name, [], [helper.make_tensor_value_info("out", f32, [n])])
+
+    node = helper.make_node("If", ["flag"], ["y"], then_branch=branch("with_past", f32),
+                            else_branch=branch("no_past", TensorProto.INT64))
+    weight = numpy_helper.from_array(np.arange(1, n + 1, dtype=np.float32), "w")
+    graph = helper.make_graph([node], "merged",
+                              [helper.make_tensor_value_info("x", f32, [n]),
+                               helper.make_tensor_value_info("flag", TensorProto.BOOL, [1])],
+                              [helper.make_tensor_value_info("y", f32, [n])], [weight])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_constant_both_branches_read_is_written_once_in_the_main_graph():
+    from graphfix.graph import to_model
+    from graphfix.graph.protos import graph_protos
+
+    model = _merged_decoder()
+    out = to_model(to_graph(model), model)
+    onnx.checker.check_model(out)
+    where = [[t.name for t in g.initializer] for g in graph_protos(out.graph)]
+    assert where == [["w"], [], []]  # gs writes it into each branch instead
+    with G_LOGGER.suppress():
+        assert [[t.name for t in g.initializer]
+                for g in graph_protos(gs.export_onnx(gs.import_onnx(model)).graph)] == [
+                    [], ["w"], ["w"]]
+
+
+def test_sibling_branches_keep_their_own_types_for_a_shared_name():
+    from graphfix.graph.shapes import infer_shapes
+
+    graph = to_graph(_merged_decoder())
+    infer_shapes(graph)
+    then, other = (a for a in graph.nodes[0].attrs.values())
+    casts = {g.name: next(n for n in g.nodes if n.outputs[0].name == "c").outputs[0].dtype
+             for g in (then, other)}
+    assert casts == {"with_past": np.float32, "no_past": np.int64}
+
+
+def test_a_merged_decoder_runs_every_pass_through_its_check():
+    import graphfix
+
+    model = _merged_decoder(weight_elements=2048)  # deferred: over the skeleton's 1,024
+    for flag in (True, False):
+        result = graphfix.run(model, input_values={"flag": [flag]})
+        assert not result.report.rolled_back, [p.rollback_reason
+                                               for p in result.report.rolled_back]
+        assert result.report.check.enabled

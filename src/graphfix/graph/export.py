@@ -23,7 +23,7 @@ from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, dtype_to_onn
 from onnx_graphsurgeon.ir.tensor import LazyValues, SparseValues
 
 from graphfix.graph.skeleton import lift_body_weights
-from graphfix.graph.walk import tensor_map
+from graphfix.graph.walk import all_graphs, tensor_map
 
 
 def export_model(graph: gs.Graph, max_elements: int | None = None) -> onnx.ModelProto:
@@ -37,7 +37,8 @@ def export_model(graph: gs.Graph, max_elements: int | None = None) -> onnx.Model
     model = onnx.ModelProto()
     model.ir_version = onnx.IR_VERSION
     domains: set[str | None] = set()
-    _fill(model.graph, graph, max_elements, domains)
+    shared = _shared_constants(graph)
+    _fill(model.graph, graph, max_elements, domains, frozenset(shared), list(shared.values()))
     if max_elements is not None:
         lift_body_weights(model.graph, max_elements)
     model.opset_import.extend(_import_domains(graph, domains))
@@ -61,15 +62,41 @@ def _import_domains(graph: gs.Graph, used: set[str | None]) -> list:
     return graph.import_domains
 
 
+def _shared_constants(graph: gs.Graph) -> dict[int, gs.Constant]:
+    """The constants that more than one graph (the main graph and its bodies) reads, by
+    id: gs exports a constant in every graph whose nodes read it, so a weight an If's
+    two branches share (optimum's merged decoders: the embedding, in both) was written
+    twice, inside each branch, and a weight the main graph reads too once more. They
+    are written once, in the main graph, which every body can read; a name the main
+    graph already uses for another tensor keeps gs's placement."""
+    graphs = list(all_graphs(graph))
+    if len(graphs) == 1:
+        return {}
+    seen: dict[int, gs.Constant] = {}
+    shared: dict[int, gs.Constant] = {}
+    for g in graphs:
+        for t in tensor_map(g).values():
+            if isinstance(t, gs.Constant):
+                if id(t) in seen:
+                    shared[id(t)] = t
+                seen[id(t)] = t
+    if not shared:
+        return {}
+    main = tensor_map(graph)
+    return {k: t for k, t in shared.items() if main.get(t.name, t) is t}
+
+
 def _fill(proto: onnx.GraphProto, graph: gs.Graph, max_elements: int | None = None,
-          domains: set[str | None] | None = None) -> None:
+          domains: set[str | None] | None = None, skip: frozenset[int] = frozenset(),
+          extra: list[gs.Constant] = ()) -> None:
     """Fill `proto` from `graph`; the domains its nodes (bodies included) use are added
-    to `domains`."""
+    to `domains`. Constants whose id is in `skip` are not written in bodies (the main
+    graph has them, `_shared_constants`); `extra` are written in this graph too."""
     if domains is None:
         domains = set()
     for node in graph.nodes:
         domains.add(node.domain)
-        fill_node(proto.node.add(), node, domains)
+        fill_node(proto.node.add(), node, domains, skip)
     proto.name = graph.name
     for t in graph.inputs:
         _fill_value_info(proto.input, t)
@@ -77,6 +104,11 @@ def _fill(proto: onnx.GraphProto, graph: gs.Graph, max_elements: int | None = No
         _fill_value_info(proto.output, t)
     tensors = tensor_map(graph)
     constants = [t for t in tensors.values() if isinstance(t, gs.Constant)]
+    if extra:  # the main graph: the shared constants its own nodes do not read too
+        have = {id(t) for t in constants}
+        constants += [t for t in extra if id(t) not in have]
+    elif skip:  # a body: not those the main graph writes
+        constants = [t for t in constants if id(t) not in skip]
     if max_elements is not None:
         listed = {t.name for t in graph.inputs}
         large = {id(t) for t in constants if not isinstance(t._values, SparseValues)
@@ -179,9 +211,10 @@ def elem_type(dtype) -> int | None:
     return elem
 
 
-def fill_node(proto: onnx.NodeProto, node: gs.Node, domains: set | None = None) -> None:
+def fill_node(proto: onnx.NodeProto, node: gs.Node, domains: set | None = None,
+              skip: frozenset[int] = frozenset()) -> None:
     """As `helper.make_node` + gs's `export_attributes`, bodies filled in place (the
-    domains their nodes use go to `domains`)."""
+    domains their nodes use go to `domains`; constants in `skip` are left out of them)."""
     proto.op_type = node.op
     proto.input.extend(t.name for t in node.inputs)
     proto.output.extend(t.name for t in node.outputs)
@@ -202,7 +235,7 @@ def fill_node(proto: onnx.NodeProto, node: gs.Node, domains: set | None = None) 
             attr = proto.attribute.add()
             attr.name = key
             attr.type = onnx.AttributeProto.GRAPH
-            _fill(attr.g, value, None, domains)
+            _fill(attr.g, value, None, domains, skip)
         else:
             proto.attribute.extend(OnnxExporter.export_attributes({key: value}))
 

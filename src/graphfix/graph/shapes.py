@@ -331,40 +331,69 @@ def apply_inferred(graph: gs.Graph, inferred: onnx.ModelProto, refine_only: bool
     a shape where it is more static than what the tensor has, a dtype where the tensor
     has none. Returns how many tensors changed.
 
+    Each graph's tensors take the types inferred in that graph's own proto (the export
+    has the same bodies in the same order): sibling bodies may name different tensors
+    alike (optimum's merged decoders: both If branches are the same decoder, one casting
+    `/model/decoder/Cast_1_output_0` to float, the other to int64), so a type is never
+    looked up by name across bodies, except where the two walks disagree (by name then,
+    as a fallback).
+
     `refine_only` (onnxruntime's symbolic shapes): only where the tensor's rank is known
     and the same."""
+    graphs, protos = list(all_graphs(graph)), list(graph_protos(inferred.graph))
+    if len(graphs) != len(protos):
+        types = _types(protos)
+        return sum(_apply_type(t, *types, refine_only) for t in _inner_variables(graph))
+    inputs = {id(t) for g in graphs for t in g.inputs}
+    updated = 0
+    for g, proto in zip(graphs, protos, strict=True):
+        types = _types([proto])
+        for node in g.nodes:
+            for t in node.outputs:
+                if isinstance(t, gs.Variable) and id(t) not in inputs:
+                    updated += _apply_type(t, *types, refine_only)
+    return updated
+
+
+def _types(protos: list[onnx.GraphProto]) -> tuple[dict[str, onnx.TypeProto.Tensor],
+                                                   dict[str, int]]:
+    """The inferred tensor types of `protos` by name: those with a shape, and dtypes."""
     shaped: dict[str, onnx.TypeProto.Tensor] = {}  # the types that have a shape
     dtypes: dict[str, int] = {}
-    for g in graph_protos(inferred.graph):
+    for g in protos:
         for vi in list(g.value_info) + list(g.output):
             tensor_type = vi.type.tensor_type
             if tensor_type.HasField("shape"):
                 shaped[vi.name] = tensor_type
             if tensor_type.elem_type:
                 dtypes[vi.name] = tensor_type.elem_type
-    updated = 0
-    for t in _inner_variables(graph):
-        inferred_type = shaped.get(t.name)
-        old = t.shape
-        if refine_only and (inferred_type is None or old is None
-                            or len(inferred_type.shape.dim) != len(old)):
-            continue
-        changed = False
-        if inferred_type is not None:
-            dims = inferred_type.shape.dim
-            count = static_count(old)
-            if count < len(dims):  # else no inferred shape can be more static
-                new = [proto_dim(d) for d in dims]
-                if static_count(new) > count:
-                    t.shape = new
-                    changed = True
-        if t.dtype is None and t.name in dtypes:
-            dtype = np_dtype(dtypes[t.name])
-            if dtype is not None:
-                t.dtype = dtype
+    return shaped, dtypes
+
+
+def _apply_type(t: gs.Variable, shaped: dict[str, onnx.TypeProto.Tensor],
+                dtypes: dict[str, int], refine_only: bool) -> bool:
+    """Give `t` its inferred shape where more static, its dtype where it has none
+    (`apply_inferred`); whether it changed."""
+    inferred_type = shaped.get(t.name)
+    old = t.shape
+    if refine_only and (inferred_type is None or old is None
+                        or len(inferred_type.shape.dim) != len(old)):
+        return False
+    changed = False
+    if inferred_type is not None:
+        dims = inferred_type.shape.dim
+        count = static_count(old)
+        if count < len(dims):  # else no inferred shape can be more static
+            new = [proto_dim(d) for d in dims]
+            if static_count(new) > count:
+                t.shape = new
                 changed = True
-        updated += changed
-    return updated
+    if t.dtype is None and t.name in dtypes:
+        dtype = np_dtype(dtypes[t.name])
+        if dtype is not None:
+            t.dtype = dtype
+            changed = True
+    return changed
 
 
 def _inner_variables(graph: gs.Graph) -> list[gs.Variable]:
