@@ -9,7 +9,9 @@ nodes, 30 bodies) that was a quarter of `graphfix run --no-check`. Here each pro
 filled in place. The result is byte-identical to gs's (tests/graph/test_export.py
 compares them on every shared model and on bodies, functions and attribute references);
 what gs does per tensor (constants, value infos, attributes other than bodies) is still
-gs's own code.
+gs's own code. Two departures, each for a model gs's export breaks: a constant that
+more than one graph reads is written once, in the main graph (`_shared_constants`; gs
+writes it into each body), and an empty list attribute keeps its type (gs raises).
 """
 
 from __future__ import annotations
