@@ -111,3 +111,38 @@ def test_check_data_is_read_like_calibrate_data(tmp_path):
         OutputCheck.prepare(model, {}, data=tmp_path / "shape.npz")
     with pytest.raises(GraphfixError, match="does not exist"):
         OutputCheck.prepare(model, {}, data=tmp_path / "nope.npz")
+
+
+def _decoder_inputs():
+    from onnx import TensorProto, helper
+
+    return [helper.make_tensor_value_info("input_ids", TensorProto.INT64,
+                                          ["batch_size", "sequence_length"]),
+            helper.make_tensor_value_info("past_key_values.0.key", TensorProto.FLOAT,
+                                          ["batch_size", 4, "past_sequence_length", 32]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64,
+                                          ["batch_size", "past_sequence_length + sequence_length"])]
+
+
+def test_a_dim_named_by_arithmetic_on_bound_names_is_computed():
+    """optimum's decoder-with-past exports: the mask covers the past and the new tokens."""
+    from onnx import helper
+
+    graph = helper.make_graph([], "g", _decoder_inputs(), [])
+    inputs = graph_inputs(helper.make_model(graph))
+    shapes = resolve_shapes(inputs, {"input_ids": (1, 4), "past_key_values.0.key": (1, 4, 6, 32)})
+    assert shapes["attention_mask"] == (1, 10)
+    mask_only = graph_inputs(helper.make_model(helper.make_graph([], "g", _decoder_inputs()[2:],
+                                                                 [])))
+    with pytest.raises(GraphfixError, match="'past_sequence_length \\+ sequence_length'"):
+        resolve_shapes(mask_only)  # nothing binds the names: asked for, as any dim
+
+
+@pytest.mark.parametrize(("name", "size"), [
+    ("a * 2 + 1", 7), ("(a - 1) // 2", 1), ("a + b", None), ("a / 2", None),
+    ("a", None), ("-a", None), ("__import__('os').sep", None), ("a - 5", None),
+])
+def test_dim_expressions_take_only_integer_arithmetic_on_bound_names(name, size):
+    from graphfix.runtime.feeds import _dim_expression
+
+    assert _dim_expression(name, {"a": 3}) == size

@@ -2,7 +2,9 @@
 
 Shape resolution, in order, for every dynamic dim of every graph input:
 1. the shape given for that input (`--input-shape name:1x3x224x224`);
-2. a symbolic dim (`batch`) already bound by a given shape of another input;
+2. a symbolic dim (`batch`) already bound by a given shape of another input, or one
+   named by integer arithmetic on such names (`past_sequence_length + sequence_length`,
+   as optimum's decoder exports name the attention mask's);
 3. axis 0 is taken as the batch dim and set to 1;
 4. otherwise the dim cannot be resolved: a `GraphfixError` names the input and the
    dim and says how to pass it.
@@ -30,8 +32,10 @@ inputs (`state`, `h0`, `past_*`, `*cache*`, ...) are zeros. `model_feeds` applie
 
 from __future__ import annotations
 
+import ast
 import functools
 import math
+import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -194,6 +198,9 @@ def _resolve_dim(info: InputInfo, axis: int, d: int | str | None, bound: dict[st
         return d
     if isinstance(d, str) and d in bound:
         return bound[d]
+    computed = _dim_expression(d, bound) if isinstance(d, str) else None
+    if computed is not None:
+        return computed
     if axis == 0:
         if isinstance(d, str):
             bound[d] = 1
@@ -206,6 +213,39 @@ def _resolve_dim(info: InputInfo, axis: int, d: int | str | None, bound: dict[st
         f"pass --input-shape {info.name}:{_example(info)} with the size you deploy, "
         "or --no-check to skip the numerical check",
     )
+
+
+_DIM_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+            ast.FloorDiv: operator.floordiv}
+
+
+def _dim_expression(name: str, bound: Mapping[str, int]) -> int | None:
+    """The size of a dim named by arithmetic on other dims' names, once they are bound:
+    optimum's decoder exports declare the attention mask
+    `[batch_size, past_sequence_length + sequence_length]`. +, -, * and // of names and
+    integers, with parentheses; None for a plain name, anything else, a name not bound,
+    or a result below 0."""
+    try:
+        tree = ast.parse(name, mode="eval").body
+    except SyntaxError:
+        return None
+    if not isinstance(tree, ast.BinOp):
+        return None
+
+    def value(node: ast.expr) -> int:
+        if isinstance(node, ast.BinOp) and type(node.op) in _DIM_OPS:
+            return _DIM_OPS[type(node.op)](value(node.left), value(node.right))
+        if isinstance(node, ast.Name) and node.id in bound:
+            return bound[node.id]
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        raise ValueError(name)
+
+    try:
+        size = value(tree)
+    except (ValueError, ZeroDivisionError):
+        return None
+    return size if size >= 0 else None
 
 
 def _example(info: InputInfo) -> str:
