@@ -275,3 +275,33 @@ def test_computed_shapes_give_up_on_a_cycle_instead_of_looping():
         "c", TensorProto.INT64, None)], [helper.make_tensor("one", TensorProto.INT64, [], [1])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     assert _computed_shapes(model, {}, ["c"]) == {}  # a malformed model: unknown, as before
+
+
+# YOLO exported with NMS: the detections' count comes from NonZero, read by Shape
+DETECTIONS = '<ir_version: 8, opset_import: ["" : 17]>' + """
+g (float[N,4] x) => (int64[1] z) <float zero = {0.0}> {
+    keep = Greater(x, zero)
+    where = NonZero(keep)
+    picks = Transpose(where)
+    kept = GatherND(x, picks)
+    r = Relu(kept)
+    z = Shape(r)
+}"""
+
+
+def test_a_count_of_data_is_never_static_so_the_symbolic_run_is_skipped(monkeypatch):
+    from graphfix.graph import shapes
+    from graphfix.graph.shapes import unnamed_dims_may_be_static
+    from graphfix.passes.base import PassContext
+    from graphfix.passes.fold_constants import FoldConstants
+
+    graph = to_graph(parse(DETECTIONS))
+    infer_shapes(graph)
+    assert not isinstance(graph.tensors()["r"].shape[0], int)
+    assert not unnamed_dims_may_be_static(graph, {"x": (2, 4)})
+
+    def called(model):
+        raise AssertionError("symbolic inference for a count of data")
+
+    monkeypatch.setattr(shapes, "symbolic_shapes", called)
+    FoldConstants().run(to_graph(parse(DETECTIONS)), PassContext(input_shapes={"x": (2, 4)}))

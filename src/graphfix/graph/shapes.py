@@ -85,15 +85,56 @@ def unnamed_dims_may_be_static(graph: gs.Graph, sizes: dict[str, tuple[int, ...]
     del model.graph.value_info[:]
     wanted = [name for name, _ in readers]
     at = [_concrete_dims(model, dynamic, sizes, scale, wanted) for scale in (1, 2)]
+    counted = _DataDependence(graph)
     for name, positions in readers:
         if positions is None:  # unknown rank
             return True
         one, two = at[0].get(name), at[1].get(name)
         if one is None or two is None or len(one) != len(two):
             return True
-        if any(one[i] is None or two[i] is None or one[i] == two[i] for i in positions):
+        if any(one[i] == two[i] is not None for i in positions):
+            return True
+        if any(one[i] is None or two[i] is None for i in positions) and not counted(name):
             return True
     return False
+
+
+DATA_DEPENDENT = frozenset({"NonZero", "NonMaxSuppression", "Unique", "Compress"})
+"""Ops whose output's size is a count of data: no inference can make it static."""
+
+
+class _DataDependence:
+    """Whether a tensor of the main graph is computed from the output of a
+    `DATA_DEPENDENT` op (YOLO exported with NMS: the detections' count, read by Shape).
+    onnxruntime's symbolic inference gives such a count a fresh symbol, so a dim
+    unknown at both probe sizes downstream of one is taken as not static; at worst that
+    misses a fold the symbolic run would find (a dim of such a tensor that cancels out),
+    never a wrong one."""
+
+    def __init__(self, graph: gs.Graph) -> None:
+        self.tensors = tensor_map(graph)
+        self.memo: dict[int, bool] = {}
+
+    def __call__(self, name: str) -> bool:
+        start = self.tensors.get(name)
+        if start is None:
+            return False
+        stack = [(start, False)]
+        while stack:  # depth first; a tensor is decided after all its producer's inputs
+            t, expanded = stack.pop()
+            if expanded:
+                self.memo[id(t)] = any(self.memo.get(id(i), False) for i in t.inputs[0].inputs)
+                continue
+            if id(t) in self.memo or len(t.inputs) != 1:
+                continue
+            node = t.inputs[0]
+            if node.op in DATA_DEPENDENT and node.domain in ("", "ai.onnx", None):
+                self.memo[id(t)] = True
+                continue
+            self.memo[id(t)] = False  # in progress: a cycle reads as not dependent
+            stack.append((t, True))
+            stack.extend((i, False) for i in node.inputs if id(i) not in self.memo)
+        return self.memo.get(id(start), False)
 
 
 def _unnamed_readers(graph: gs.Graph) -> list[tuple[str, list[int] | None]]:
