@@ -552,6 +552,46 @@ def test_slice_that_slices_stays(bounds, reason):
     assert_kept(model, "Slice 'y'", reason)
 
 
+def _two_slices(second_axis: str = "-1", x: str = "float[N,5,6] x") -> onnx.ModelProto:
+    """`x[:, 1:4, ::-2]` as TorchScript writes it: one Slice per axis."""
+    return parse(header() + f"""
+    g ({x}) => (float[?,?,?] y)
+      <int64[1] s1 = {{1}}, int64[1] e1 = {{4}}, int64[1] a1 = {{1}}, int64[1] p1 = {{1}},
+       int64[1] s2 = {{-1}}, int64[1] e2 = {{{-INT64_MAX}}}, int64[1] a2 = {{{second_axis}}},
+       int64[1] p2 = {{-2}}> {{
+        a = Slice(x, s1, e1, a1, p1)
+        y = Slice(a, s2, e2, a2, p2)
+    }}""")
+
+
+def _unranked(model: onnx.ModelProto) -> onnx.ModelProto:
+    model.graph.input[0].type.tensor_type.ClearField("shape")
+    return model
+
+
+def test_slices_on_different_axes_merge_into_one():
+    model = _two_slices()
+    out = assert_removes(model, ["Slice"], {"merged Slices on different axes into one": 1},
+                         [feeds_for(model, x=(2, 5, 6)), feeds_for(model, x=(1, 5, 6))])
+    inits = {t.name: numpy_helper.to_array(t).tolist() for t in out.graph.initializer}
+    assert [inits[i] for i in out.graph.node[0].input[1:]] == [
+        [1, -1], [4, -INT64_MAX], [1, 2], [1, -2]]
+
+
+@pytest.mark.parametrize(("model", "reason"), [
+    (_two_slices(second_axis="1"), "it slices axes [1] the Slice before it slices too"),
+    (_two_slices(second_axis="-2"), "it slices axes [1] the Slice before it slices too"),
+    (_unranked(_two_slices()),
+     "rank unknown: the Slices have negative axes and their input rank is unknown"),
+])
+def test_slices_that_do_not_merge_stay(model, reason):
+    graph = to_graph(model)
+    result = EliminateNoops().run(graph, PassContext())
+    assert [n.op for n in graph.nodes] == ["Slice", "Slice"] and not result.changed
+    notes = [n.reason for n in result.notes if n.subject == "Slice 'y'"]
+    assert len(notes) == 1 and notes[0].endswith(reason), notes
+
+
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
 def test_all_zero_pad_goes_in_any_mode(mode):
     model = parse(header() + f"""

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from graphfix.graph import constant_value, is_graph_output, is_onnx
+from graphfix.graph import constant_value, fresh_name, is_graph_output, is_onnx
 from graphfix.passes import _noop_single as single
 from graphfix.passes._noop_shapes import (
     compose_perms,
@@ -20,6 +20,7 @@ from graphfix.passes._noop_shapes import (
     perm_of,
     rank_of,
     reshape_keeps,
+    slice_params,
     squeeze_axes,
 )
 from graphfix.passes._noop_single import Plan, View, same_shape
@@ -110,6 +111,48 @@ def around_elementwise(node: gs.Node, view: View) -> Plan | None:
         return None
     return Plan("removed Reshape pairs around elementwise ops", drop=first, rewire=rewire,
                 rewire_to=x, reshaped=[n.outputs[0] for n in region.values()])
+
+
+def slice_(node: gs.Node, view: View) -> Plan | str:
+    """A Slice of the whole tensor goes (`_noop_single.slice_`); a Slice of a Slice on
+    other axes becomes one Slice of both (`_merged_slices`)."""
+    own = single.slice_(node, view)
+    if isinstance(own, Plan) or view.opset < 10:
+        return own
+    first = _lone_producer(view, node.inputs[0], "Slice")
+    if first is None or isinstance(first, str):
+        return own
+    merged = _merged_slices(first, node, view)
+    return merged if isinstance(merged, Plan) else f"{own}; {merged}"
+
+
+def _merged_slices(first: gs.Node, node: gs.Node, view: View) -> Plan | str:
+    """Slice(Slice(x, s1, e1, a1, p1), s2, e2, a2, p2) as Slice(x, s1 + s2, e1 + e2,
+    a1 + a2, p1 + p2) when a1 and a2 share no axis: each axis is sliced once, clamped to
+    x's size either way (the other Slice leaves it whole). TorchScript and torch's default
+    exporter write `x[:, a:b, c:d]` as one Slice per axis."""
+    params = [slice_params(n, view.opset) for n in (first, node)]
+    for p in params:
+        if isinstance(p, str):
+            return p
+    rank = rank_of(first.inputs[0])
+    axes = []
+    for _, _, a, _ in params:
+        normalized = normalized_axes(a, rank)
+        if normalized is None:
+            return "rank unknown: the Slices have negative axes and their input rank is unknown"
+        axes.append(normalized)
+    both = sorted(set(axes[0]) & set(axes[1]))
+    if both:
+        return f"it slices axes {both} the Slice before it slices too"
+    values = [params[0][k] + params[1][k] for k in (0, 1)] + [axes[0] + axes[1],
+                                                              params[0][3] + params[1][3]]
+    inputs = [first.inputs[0]]
+    for what, value in zip(("starts", "ends", "axes", "steps"), values, strict=True):
+        name = fresh_name(f"{node.outputs[0].name}_{what}", view.names)
+        inputs.append(gs.Constant(name, np.array(value, dtype=np.int64)))
+    return Plan("merged Slices on different axes into one", remove=False, drop=first,
+                inputs=inputs)
 
 
 def _rank_of_target(reshape: gs.Node) -> int:

@@ -16,6 +16,7 @@ Each rule, with x the first input and y the output::
     Unsqueeze(Unsqueeze(x, a1), a2)  -> Unsqueeze(x, a)    (the axes combined)
     Transpose(x, p)                  -> Reshape(x, s)      when p moves only size-1 axes
                                                           and a Reshape is next to it
+    Slice(Slice(x, ..a1..), ..a2..) -> Slice(x, ..a1 + a2..)   axes a1, a2 disjoint
     Concat(x), Split(x) (one output) -> x
     Concat(..., e, ...)              -> Concat(...)   e of size 0 along the axis (static);
                                                       x when one input is left
@@ -107,7 +108,9 @@ class EliminateNoops(Pass):
     normalized with a known rank); a Where whose condition is an Equal of small
     integer shape values known entry by entry (`_shape_values`), replaced by the
     entries it selects (the branch itself, a constant, or a Concat of the branches'
-    Concat inputs and constants); single-output Split; Slice covering every sliced axis
+    Concat inputs and constants); single-output Split; two Slices on disjoint axes merged
+    into one (opset 10+, constant parameters, the first read only by the second); Slice
+    covering every sliced axis
     (opset < 10 attributes, inputs from 10); Pad whose pads are all 0 (attribute
     before opset 11, input from 11), any mode; Add/Sub of 0 and Mul/Div by 1 (one
     element constant, not adding dimensions; the constant may come first for Add
@@ -228,7 +231,7 @@ _RULES: dict[str, Callable[[gs.Node, View], Plan | str | None]] = {
     "Unsqueeze": pairs.unsqueeze,
     "Concat": pairs.concat,
     "Split": single.split,
-    "Slice": single.slice_,
+    "Slice": pairs.slice_,
     "Pad": single.pad,
     "Add": single.arithmetic,
     "Sub": single.arithmetic,
