@@ -10,13 +10,14 @@ filled in place. The result is byte-identical to gs's (tests/graph/test_export.p
 compares them on every shared model and on bodies, functions and attribute references);
 what gs does per tensor (constants, value infos, attributes other than bodies) is still
 gs's own code. Two departures, each for a model gs's export breaks: a constant that
-more than one graph reads is written once, in the main graph (`_shared_constants`; gs
+more than one graph reads is written once, in the main graph (`_bodies_of`; gs
 writes it into each body), and an empty list attribute keeps its type (gs raises).
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -39,8 +40,7 @@ def export_model(graph: gs.Graph, max_elements: int | None = None) -> onnx.Model
     model = onnx.ModelProto()
     model.ir_version = onnx.IR_VERSION
     domains: set[str | None] = set()
-    shared = _shared_constants(graph)
-    _fill(model.graph, graph, max_elements, domains, frozenset(shared), list(shared.values()))
+    _fill(model.graph, graph, max_elements, domains, _bodies_of(graph), main=True)
     if max_elements is not None:
         lift_body_weights(model.graph, max_elements)
     model.opset_import.extend(_import_domains(graph, domains))
@@ -64,53 +64,66 @@ def _import_domains(graph: gs.Graph, used: set[str | None]) -> list:
     return graph.import_domains
 
 
-def _shared_constants(graph: gs.Graph) -> dict[int, gs.Constant]:
-    """The constants that more than one graph (the main graph and its bodies) reads, by
-    id: gs exports a constant in every graph whose nodes read it, so a weight an If's
-    two branches share (optimum's merged decoders: the embedding, in both) was written
-    twice, inside each branch, and a weight the main graph reads too once more. They
-    are written once, in the main graph, which every body can read; a name the main
-    graph already uses for another tensor keeps gs's placement."""
+class _Bodies(NamedTuple):
+    """What the export of a model with bodies works out once for all its graphs."""
+
+    shared: dict[int, gs.Constant]
+    """The constants more than one graph reads, by id (`_bodies_of`)."""
+    maps: dict[int, dict[str, gs.Tensor]]
+    """Each graph's `tensor_map`, by the graph's id."""
+
+
+def _bodies_of(graph: gs.Graph) -> _Bodies | None:
+    """None for a graph without bodies; else the tensor map of every graph and the
+    constants that more than one of them reads. gs exports a constant in every graph
+    whose nodes read it, so a weight an If's two branches share (optimum's merged
+    decoders: the embedding, in both) was written twice, inside each branch, and a weight
+    the main graph reads too once more. They are written once, in the main graph, which
+    every body can read; a name the main graph already uses for another tensor keeps
+    gs's placement."""
     graphs = list(all_graphs(graph))
     if len(graphs) == 1:
-        return {}
-    seen: dict[int, gs.Constant] = {}
+        return None
+    maps = {id(g): tensor_map(g) for g in graphs}
+    seen: set[int] = set()
     shared: dict[int, gs.Constant] = {}
-    for g in graphs:
-        for t in tensor_map(g).values():
+    for tensors in maps.values():
+        for t in tensors.values():
             if isinstance(t, gs.Constant):
                 if id(t) in seen:
                     shared[id(t)] = t
-                seen[id(t)] = t
-    if not shared:
-        return {}
-    main = tensor_map(graph)
-    return {k: t for k, t in shared.items() if main.get(t.name, t) is t}
+                seen.add(id(t))
+    main = maps[id(graph)]
+    shared = {k: t for k, t in shared.items() if main.get(t.name, t) is t}
+    return _Bodies(shared, maps)
 
 
 def _fill(proto: onnx.GraphProto, graph: gs.Graph, max_elements: int | None = None,
-          domains: set[str | None] | None = None, skip: frozenset[int] = frozenset(),
-          extra: list[gs.Constant] = ()) -> None:
+          domains: set[str | None] | None = None, bodies: _Bodies | None = None,
+          main: bool = False) -> None:
     """Fill `proto` from `graph`; the domains its nodes (bodies included) use are added
-    to `domains`. Constants whose id is in `skip` are not written in bodies (the main
-    graph has them, `_shared_constants`); `extra` are written in this graph too."""
+    to `domains`. With `bodies` (`_bodies_of` the main graph), the constants several
+    graphs read are written in the `main` graph only."""
     if domains is None:
         domains = set()
     for node in graph.nodes:
         domains.add(node.domain)
-        fill_node(proto.node.add(), node, domains, skip)
+        fill_node(proto.node.add(), node, domains, bodies)
     proto.name = graph.name
     for t in graph.inputs:
         _fill_value_info(proto.input, t)
     for t in graph.outputs:
         _fill_value_info(proto.output, t)
-    tensors = tensor_map(graph)
+    tensors = bodies.maps.get(id(graph)) if bodies else None
+    if tensors is None:
+        tensors = tensor_map(graph)
     constants = [t for t in tensors.values() if isinstance(t, gs.Constant)]
-    if extra:  # the main graph: the shared constants its own nodes do not read too
-        have = {id(t) for t in constants}
-        constants += [t for t in extra if id(t) not in have]
-    elif skip:  # a body: not those the main graph writes
-        constants = [t for t in constants if id(t) not in skip]
+    if bodies and bodies.shared:
+        if main:  # also the shared constants its own nodes do not read
+            have = {id(t) for t in constants}
+            constants += [t for k, t in bodies.shared.items() if k not in have]
+        else:
+            constants = [t for t in constants if id(t) not in bodies.shared]
     if max_elements is not None:
         listed = {t.name for t in graph.inputs}
         large = {id(t) for t in constants if not isinstance(t._values, SparseValues)
@@ -214,9 +227,9 @@ def elem_type(dtype) -> int | None:
 
 
 def fill_node(proto: onnx.NodeProto, node: gs.Node, domains: set | None = None,
-              skip: frozenset[int] = frozenset()) -> None:
+              bodies: _Bodies | None = None) -> None:
     """As `helper.make_node` + gs's `export_attributes`, bodies filled in place (the
-    domains their nodes use go to `domains`; constants in `skip` are left out of them)."""
+    domains their nodes use go to `domains`; `bodies` as `_fill` takes it)."""
     proto.op_type = node.op
     proto.input.extend(t.name for t in node.inputs)
     proto.output.extend(t.name for t in node.outputs)
@@ -237,7 +250,7 @@ def fill_node(proto: onnx.NodeProto, node: gs.Node, domains: set | None = None,
             attr = proto.attribute.add()
             attr.name = key
             attr.type = onnx.AttributeProto.GRAPH
-            _fill(attr.g, value, None, domains, skip)
+            _fill(attr.g, value, None, domains, bodies)
         else:
             proto.attribute.extend(OnnxExporter.export_attributes({key: value}))
 

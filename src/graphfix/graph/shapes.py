@@ -83,18 +83,18 @@ def unnamed_dims_may_be_static(graph: gs.Graph, sizes: dict[str, tuple[int, ...]
         return True
     model = export_skeleton(graph)
     del model.graph.value_info[:]
-    wanted = [name for name, _ in readers]
+    wanted = [t.name for t, _ in readers]
     at = [_concrete_dims(model, dynamic, sizes, scale, wanted) for scale in (1, 2)]
-    counted = _DataDependence(graph)
-    for name, positions in readers:
+    counted = _DataDependence()
+    for tensor, positions in readers:
         if positions is None:  # unknown rank
             return True
-        one, two = at[0].get(name), at[1].get(name)
+        one, two = at[0].get(tensor.name), at[1].get(tensor.name)
         if one is None or two is None or len(one) != len(two):
             return True
-        if any(one[i] == two[i] is not None for i in positions):
+        if any(one[i] is not None and one[i] == two[i] for i in positions):
             return True
-        if any(one[i] is None or two[i] is None for i in positions) and not counted(name):
+        if any(one[i] is None or two[i] is None for i in positions) and not counted(tensor):
             return True
     return False
 
@@ -111,14 +111,10 @@ class _DataDependence:
     misses a fold the symbolic run would find (a dim of such a tensor that cancels out),
     never a wrong one."""
 
-    def __init__(self, graph: gs.Graph) -> None:
-        self.tensors = tensor_map(graph)
+    def __init__(self) -> None:
         self.memo: dict[int, bool] = {}
 
-    def __call__(self, name: str) -> bool:
-        start = self.tensors.get(name)
-        if start is None:
-            return False
+    def __call__(self, start: gs.Tensor) -> bool:
         stack = [(start, False)]
         while stack:  # depth first; a tensor is decided after all its producer's inputs
             t, expanded = stack.pop()
@@ -137,7 +133,7 @@ class _DataDependence:
         return self.memo.get(id(start), False)
 
 
-def _unnamed_readers(graph: gs.Graph) -> list[tuple[str, list[int] | None]]:
+def _unnamed_readers(graph: gs.Graph) -> list[tuple[gs.Tensor, list[int] | None]]:
     """(tensor, positions) for each Shape/Size of the main graph reading dims that are
     neither static nor named after a graph input's dim; positions None where the rank
     is unknown."""
@@ -148,12 +144,12 @@ def _unnamed_readers(graph: gs.Graph) -> list[tuple[str, list[int] | None]]:
             continue
         t = node.inputs[0]
         if t.shape is None:
-            out.append((t.name, None))
+            out.append((t, None))
             continue
         positions = [i for i, d in enumerate(t.shape)
                      if d is None or (isinstance(d, str) and d not in named)]
         if positions:
-            out.append((t.name, positions))
+            out.append((t, positions))
     return out
 
 

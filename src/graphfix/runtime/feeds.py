@@ -48,9 +48,8 @@ from graphfix.errors import GraphfixError
 from graphfix.runtime.values import (
     InputValue,
     check_value_names,
-    constant_hints,
     fixed_array,
-    index_bounds,
+    hints_and_bounds,
     is_small_integer,
     is_state_name,
 )
@@ -411,7 +410,10 @@ def model_feeds(
     check_value_names(values, [i.name for i in inputs])
     small = [i.name for i in inputs if i.name not in values
              and is_small_integer(i.dtype, shapes.get(i.name, ()))]
-    fixed: dict[str, InputValue] = dict(constant_hints(model, small)) if small else {}
+    integers = [i.name for i in inputs if i.name not in values
+                and i.dtype is not None and dtype_kind(i.dtype) in "iu"]
+    hints, bounds = hints_and_bounds(model, small, integers)
+    fixed: dict[str, InputValue] = dict(hints)
     for info in inputs:
         if info.name in small and info.name not in fixed and shapes.get(info.name) == ():
             raise GraphfixError(
@@ -425,7 +427,4 @@ def model_feeds(
                 "inputs with --data",
             )
     fixed.update(values)
-    indexing = [i.name for i in inputs if i.name not in fixed
-                and i.dtype is not None and dtype_kind(i.dtype) in "iu"]
-    bounds = index_bounds(model, indexing) if indexing else {}
-    return random_feeds(inputs, shapes, seed, fixed, bounds)
+    return random_feeds(inputs, shapes, seed, fixed, bounds)  # `fixed` comes before bounds

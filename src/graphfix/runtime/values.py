@@ -143,7 +143,27 @@ class _Graph:
 def constant_hints(model: onnx.ModelProto, names: Sequence[str]) -> dict[str, float]:
     """For each input in `names`, the value the model's constants suggest (see the module
     docstring); inputs with no suggestion are left out."""
+    return _hints(_Graph(model), names)
+
+
+def index_bounds(model: onnx.ModelProto, names: Sequence[str]) -> dict[str, int]:
+    """For each input in `names` whose values index a constant table (the module
+    docstring), the size of the smallest axis it indexes; inputs that index none are
+    left out, and so are tables with an empty axis (nothing to draw from)."""
+    return _bounds(_Graph(model), names)
+
+
+def hints_and_bounds(model: onnx.ModelProto, hinted: Sequence[str], bounded: Sequence[str]
+                     ) -> tuple[dict[str, float], dict[str, int]]:
+    """`constant_hints` of `hinted` and `index_bounds` of `bounded`, from one walk of the
+    model (none when both are empty)."""
+    if not hinted and not bounded:
+        return {}, {}
     graph = _Graph(model)
+    return _hints(graph, hinted), _bounds(graph, bounded)
+
+
+def _hints(graph: _Graph, names: Sequence[str]) -> dict[str, float]:
     hints: dict[str, float] = {}
     for name in names:
         tensors = graph.derived(name)
@@ -170,26 +190,28 @@ def constant_hints(model: onnx.ModelProto, names: Sequence[str]) -> dict[str, fl
     return hints
 
 
-def index_bounds(model: onnx.ModelProto, names: Sequence[str]) -> dict[str, int]:
-    """For each input in `names` whose values index a constant table (the module
-    docstring), the size of the smallest axis it indexes; inputs that index none are
-    left out, and so are tables with an empty axis (nothing to draw from)."""
-    graph = _Graph(model)
+def _bounds(graph: _Graph, names: Sequence[str]) -> dict[str, int]:
     bounds: dict[str, int] = {}
     for name in names:
-        tensors = set(graph.derived(name))
-        for node in graph.nodes:
-            where = INDEXING.get(node.op_type)
-            if where is None or len(node.input) <= where or node.input[where] not in tensors:
-                continue
-            dims = graph.constant_dims(node.input[0])
-            if not dims:
-                continue
-            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-            if not -len(dims) <= axis < len(dims) or dims[axis] <= 0:
-                continue
-            bounds[name] = min(bounds.get(name, dims[axis]), dims[axis])
+        for tensor in graph.derived(name):
+            for node in graph.readers.get(tensor, ()):
+                size = _indexed_size(graph, node, tensor)
+                if size:
+                    bounds[name] = min(bounds.get(name, size), size)
     return bounds
+
+
+def _indexed_size(graph: _Graph, node: onnx.NodeProto, tensor: str) -> int | None:
+    """The size of the axis `node` indexes where it is a Gather or GatherElements whose
+    indices are `tensor` and whose data is a constant; else None (0 for an empty axis)."""
+    where = INDEXING.get(node.op_type)
+    if where is None or len(node.input) <= where or node.input[where] != tensor:
+        return None
+    dims = graph.constant_dims(node.input[0])
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    if not dims or not -len(dims) <= axis < len(dims):
+        return None
+    return max(dims[axis], 0)
 
 
 def parse_input_value(spec: str) -> tuple[str, list[float | int]]:
