@@ -269,14 +269,14 @@ def export_transformers(spec: ZooModel, path: Path) -> None:
     args = tuple(torch.randint(0, 2, shape, generator=generator) if name != "input_ids"
                  else torch.randint(0, config["vocab_size"], shape, generator=generator)
                  for name, shape in spec.export_shapes.items())
-    axes = {name: {0: "batch", 1: "sequence"} for name in (*names, *outputs)}
-    axes.get("pooler_output", {}).pop(1, None)  # [batch, hidden]
     if spec.exporter == "dynamo":
         batch = torch.export.Dim("batch", min=1, max=64)
         sequence = torch.export.Dim("sequence", min=2, max=512)
         shapes = tuple({0: batch, 1: sequence} for _ in args)
         export_dynamo(spec, path, ByName(), args, names, shapes)
         return
+    axes = {name: {0: "batch"} if name == "pooler_output" else {0: "batch", 1: "sequence"}
+            for name in (*names, *outputs)}  # pooler_output is [batch, hidden]
     partial = path.with_suffix(".partial")
     with torch.no_grad():
         torch.onnx.export(ByName(), args, str(partial), dynamo=False, opset_version=OPSET,
