@@ -95,15 +95,17 @@ def test_onnxruntime_contrib_ops_suggest_unfuse_contrib():
     fused = helper.make_node("FusedConv", ["x", "w"], ["y"], name="fc", domain="com.microsoft",
                              activation="Relu")
     gelu = helper.make_node("BiasGelu", ["y", "b"], ["z"], name="bg", domain="com.microsoft")
+    inverse = helper.make_node("Inverse", ["z"], ["v"], name="inv", domain="com.microsoft")
     w = numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w")
     b = numpy_helper.from_array(np.ones((1,), np.float32), "b")
-    m = model([fused, gelu], [vi("x", F, [1, 1, 3, 3])], [vi("z", F, [1, 1, 3, 3])], [w, b],
-              domains=["com.microsoft"])
+    m = model([fused, gelu, inverse], [vi("x", F, [1, 1, 3, 3])], [vi("v", F, [1, 1, 3, 3])],
+              [w, b], domains=["com.microsoft"])
     found = {f.op: f for f in findings(m, "10.16", only=["domains"])}
     assert found["com.microsoft::FusedConv"].fix == "unfuse-contrib"
     assert found["com.microsoft::FusedConv"].nodes == ("FusedConv 'fc'",)
-    assert found["com.microsoft::BiasGelu"].severity == "error"
-    assert "unfuse-contrib" not in found["com.microsoft::BiasGelu"].fix
+    assert found["com.microsoft::BiasGelu"].fix == "unfuse-contrib"  # a transformer fusion
+    assert found["com.microsoft::Inverse"].severity == "error"
+    assert "unfuse-contrib" not in found["com.microsoft::Inverse"].fix
 
 
 def test_dynamic_quantize_linear_is_unsupported_in_8_6_and_10():

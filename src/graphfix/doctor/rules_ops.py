@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from graphfix.doctor.findings import ERROR, RUN_BY_TRT, WARN, Finding
 from graphfix.doctor.rules_plugins import handles as plugin_handles
 from graphfix.doctor.view import ModelView, NodeRef
+from graphfix.graph.ort_ops import MS_REWRITES
 from graphfix.plugins.retype import (
     ELEMENTWISE_OPS,
     ELEMENTWISE_TERMS,
@@ -25,8 +26,6 @@ _TYPED_INPUT = {"Where": 1, "ConstantOfShape": -1, "Shape": None, "Size": None,
                 "EyeLike": None, "RandomNormalLike": None, "RandomUniformLike": None,
                 "Cast": None, "CastLike": None, "If": None, "Loop": None, "Scan": None,
                 "QuantizeLinear": 0, "DequantizeLinear": 0, "Constant": -1}
-# Ops the unfuse-contrib pass turns into standard ops.
-UNFUSABLE_CONTRIB = {"FusedConv", "FusedGemm"}
 _NCHWC = "com.microsoft.nchwc"
 
 
@@ -225,7 +224,7 @@ def custom_domains(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
         if ref.domain.startswith("com.microsoft") or ref.domain == "ai.onnx.ml":
             grouped.setdefault((ref.domain, ref.op), []).append(ref)
     for (domain, op), refs in grouped.items():
-        if domain == _NCHWC or (domain == "com.microsoft" and op in UNFUSABLE_CONTRIB):
+        if domain == _NCHWC or (domain == "com.microsoft" and op in MS_REWRITES):
             fix = "unfuse-contrib"
         elif domain == "ai.onnx.ml":
             fix = "move this classical-ML stage out of the TensorRT model (pre/post-processing)"

@@ -2,12 +2,19 @@
 
 A model saved by onnxruntime's offline optimizer (`optimized_model_filepath` with
 ORT_ENABLE_EXTENDED or ALL) carries `com.microsoft` fused ops, and with ALL on a
-CPU with NCHWc kernels `com.microsoft.nchwc` ops; TensorRT parses neither::
+CPU with NCHWc kernels `com.microsoft.nchwc` ops; one from onnxruntime's transformer
+optimizer carries its transformer fusions, some of them written in the ONNX domain
+(SimplifiedLayerNormalization, LayerNormalization below opset 17); TensorRT parses none::
 
     FusedConv(X, W, B, Z){act, params} -> act(Add(Conv(X, W, B), Z))   (Z is added first)
     FusedGemm(A, B, C){act, activation_*} -> act(Gemm(A, B, C))
-    Gelu(X)                               -> Mul(Mul(Add(Erf(Mul(X, 1/sqrt 2)), 1), X), 0.5)
     com.microsoft.nchwc region            -> Conv/pools/Resize/Slice/Transpose, see _unfuse_nchwc
+    Gelu, BiasGelu, FastGelu, GemmFastGelu, QuickGelu, BiasAdd, BiasSplitGelu,
+    SkipLayerNormalization, SkipSimplifiedLayerNormalization,
+    SimplifiedLayerNormalization, LayerNormalization < opset 17  -> see _unfuse_transformer
+
+Attention, MultiHeadAttention, EmbedLayerNormalization, GroupQueryAttention,
+RotaryEmbedding and the quantized contrib ops are not rewritten (each is listed in a note).
 
 The last new node writes the fused node's output tensor, so output names and
 dtypes are kept. Only standard-domain nodes are emitted; the model keeps its
@@ -16,18 +23,18 @@ default opset, and opset imports of domains no node uses any more are dropped.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass
 
-import numpy as np
 import onnx_graphsurgeon as gs
 
 from graphfix.errors import GraphfixError
 from graphfix.graph import all_graphs, names_in_use, node_label, opset_of
 from graphfix.graph.dtypes import float_dtype
+from graphfix.graph.ort_ops import MS, MS_REWRITES, ort_onnx_domain_op
 from graphfix.graph.walk import drop_unused_imports
 from graphfix.passes import _unfuse_nchwc as nchwc
+from graphfix.passes import _unfuse_transformer as transformer
 from graphfix.passes._unfuse_emit import (
     Emitter,
     Step,
@@ -38,7 +45,6 @@ from graphfix.passes._unfuse_emit import (
 )
 from graphfix.passes.base import Note, Pass, PassContext, PassResult
 
-MS = "com.microsoft"
 _STANDARD = ("", "ai.onnx")
 _GEMM_ATTRS = ("transA", "transB", "alpha", "beta")
 
@@ -61,18 +67,21 @@ class UnfuseContribOptions:
 
 
 class UnfuseContrib(Pass):
-    """Rewrite onnxruntime contrib ops (FusedConv, FusedGemm, Gelu, NCHWc) as standard ONNX.
+    """Rewrite onnxruntime contrib ops (FusedConv, FusedGemm, NCHWc, GELUs, norms) as standard ONNX.
 
-    Handles: `com.microsoft::FusedConv` with or without bias and Z (the residual
-    added before the activation), activations Relu, Tanh, Sigmoid, LeakyRelu, Clip
-    (min/max as inputs at opset >= 11, attributes before), HardSigmoid and
-    HardSwish (opset >= 14); `FusedGemm` with Relu, Sigmoid, Tanh, Softsign, Softplus, LeakyRelu,
-    HardSigmoid, Elu, Selu, ThresholdedRelu; `com.microsoft::Gelu` (exact, Erf
-    form); the whole `com.microsoft.nchwc` region of a graph (Conv with fused
-    activation and Sum, MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool,
-    Upsample, ReorderInput/ReorderOutput, channels-last, padded channels, block
-    view Reshapes), NCHWc weights reordered back to OIHW. Recurses into If/Loop/Scan
-    bodies. Drops the opset imports of non-standard domains that no node uses.
+    Handles: `com.microsoft::FusedConv` with or without bias and Z (the residual added
+    before the activation), activations Relu, Tanh, Sigmoid, LeakyRelu, Clip (min/max as
+    inputs at opset >= 11, attributes before), HardSigmoid and HardSwish (opset >= 14);
+    `FusedGemm` with Relu, Sigmoid, Tanh, Softsign, Softplus, LeakyRelu, HardSigmoid, Elu,
+    Selu, ThresholdedRelu; the transformer optimizer's fusions (`com.microsoft::Gelu`,
+    BiasGelu, FastGelu, GemmFastGelu, QuickGelu, BiasAdd, BiasSplitGelu,
+    SkipLayerNormalization, SkipSimplifiedLayerNormalization, and the ONNX-domain
+    SimplifiedLayerNormalization and pre-17 LayerNormalization, their optional statistics
+    and sum outputs kept); the whole `com.microsoft.nchwc` region of a graph (Conv with
+    fused activation and Sum, MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool,
+    Upsample, ReorderInput/ReorderOutput, channels-last, padded channels, block view
+    Reshapes), NCHWc weights reordered back to OIHW. Recurses into If/Loop/Scan bodies.
+    Drops the opset imports of non-standard domains that no node uses.
 
     Skips, with a note, a fused node whose activation has no standard op or whose
     parameters do not match it, a node whose float type cannot be found when it
@@ -83,7 +92,8 @@ class UnfuseContrib(Pass):
     """
 
     name = "unfuse-contrib"
-    summary = "Rewrite onnxruntime contrib ops (FusedConv, FusedGemm, Gelu, NCHWc) as standard ONNX"
+    summary = ("Rewrite onnxruntime contrib ops (FusedConv, FusedGemm, NCHWc, GELUs, "
+               "skip/RMS layer norms) as standard ONNX")
     Options = UnfuseContribOptions
 
     def run(self, graph: gs.Graph, ctx: PassContext) -> PassResult:
@@ -93,8 +103,8 @@ class UnfuseContrib(Pass):
         for g in list(all_graphs(graph)):
             em = Emitter(g, opset, names)
             self._nchwc(g, em, result)
-            for node in [n for n in g.nodes if n.domain == MS and n.op in _REWRITES and n.outputs]:
-                reason = _REWRITES[node.op](node, em)
+            for node in [n for n in g.nodes if _rewrite_of(n, opset) and n.outputs]:
+                reason = _rewrite_of(node, opset)(node, em)
                 if reason:
                     result.notes.append(Note(node_label(node), reason))
                 else:
@@ -157,34 +167,22 @@ def _fused_gemm(node: gs.Node, em: Emitter) -> str | None:
     return None
 
 
-def _gelu(node: gs.Node, em: Emitter) -> str | None:
-    """Gelu(x) = 0.5 * x * (1 + erf(x / sqrt(2))), as onnxruntime's CPU kernel computes it."""
-    if len(node.inputs) != 1:
-        return f"it has {len(node.inputs)} inputs instead of 1"
-    x = node.inputs[0]
-    dtype = float_dtype(x)
-    if dtype is None:
-        return _NO_DTYPE
-    base = node.name or node.outputs[0].name
-
-    def const(what: str, value: float) -> gs.Constant:
-        return em.const(f"{base}_{what}", np.array(value, dtype))
-
-    rest: list[Step] = [
-        ("Erf", [], {}),
-        ("Add", [const("one", 1.0)], {}),
-        ("Mul", [x], {}),
-        ("Mul", [const("half", 0.5)], {}),
-    ]
-    replace_with_chain(em, node, ("Mul", [x, const("rsqrt2", 1 / math.sqrt(2))], {}), rest)
-    return None
-
-
 _NO_DTYPE = (
     "its float type is unknown, so the constants it needs cannot be typed; "
     "run shape inference on the model first"
 )
-_REWRITES = {"FusedConv": _fused_conv, "FusedGemm": _fused_gemm, "Gelu": _gelu}
+_REWRITES = {"FusedConv": _fused_conv, "FusedGemm": _fused_gemm, **transformer.MS_REWRITES}
+assert set(_REWRITES) == MS_REWRITES, "ort_ops.MS_REWRITES lists what doctor names"
+
+
+def _rewrite_of(node: gs.Node, opset: int):
+    """The rewrite for `node`: a com.microsoft op's, or an onnxruntime op written in the
+    ONNX domain; None for every other node."""
+    if node.domain == MS:
+        return _REWRITES.get(node.op)
+    if (node.domain or "") in _STANDARD and ort_onnx_domain_op(node.op, opset):
+        return transformer.ONNX_DOMAIN_REWRITES[node.op]
+    return None
 
 
 # ----------------------------------------------------------------------------- domains

@@ -29,6 +29,7 @@ from onnx import helper, numpy_helper
 
 from graphfix import weights
 from graphfix.errors import GraphfixError, InternalError
+from graphfix.graph.ort_ops import ORT_ONNX_DOMAIN
 from graphfix.graph.protos import all_nodes, subgraphs
 from graphfix.runtime.session import run_model
 from graphfix.trt.plugins import plugin_for
@@ -362,8 +363,9 @@ def _foreign_kind(domain: str, op: str, functions: set[tuple[str, str]]) -> bool
     if (domain, op) in functions:
         return False
     domain = _norm(domain)
-    if domain in ("", "ai.onnx.ml"):
-        return not onnx.defs.has(op, domain)  # Split, ScatterND: standard, not plugins
+    if domain in ("", "ai.onnx.ml"):  # Split, ScatterND: standard, not plugins; and the
+        # ops onnxruntime itself registers in the ONNX domain (its transformer fusions)
+        return not onnx.defs.has(op, domain) and op not in ORT_ONNX_DOMAIN
     if domain == "com.microsoft":
         return plugin_for(op) is not None
     return True
