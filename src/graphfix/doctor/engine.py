@@ -29,7 +29,13 @@ class Rule:
 
 
 def _rules() -> tuple[Rule, ...]:
-    from graphfix.doctor import rules_nms, rules_plugins, rules_qdq, rules_restrictions
+    from graphfix.doctor import (
+        rules_nms,
+        rules_plugins,
+        rules_qdq,
+        rules_restrictions,
+        rules_types,
+    )
 
     return (
         Rule("opset", ("opset-out-of-range",), rules_ops.opset_range),
@@ -45,6 +51,7 @@ def _rules() -> tuple[Rule, ...]:
         Rule("data-dependent", ("data-dependent-shape",), rules_shapes.data_dependent),
         Rule("int64", ("int64-overflow", "int64-input"), rules_shapes.int64_values),
         Rule("inference", ("shape-inference-failed",), rules_ops.inference_failed),
+        Rule("types", rules_types.IDS, rules_types.type_mismatch),
     )
 
 
