@@ -191,3 +191,26 @@ def test_index_bounds_read_dims_of_external_tables_and_axes():
     indices_as_data = parse(HEAD + """
     g (int64[3] i) => (int64[2] y) <int64[2] pick = {0, 1}> { y = Gather(i, pick) }""")
     assert index_bounds(indices_as_data, ["i"]) == {}  # `i` is the table, not an index
+
+
+def test_index_bounds_see_onnxruntimes_fused_bert_embedding():
+    """EmbedLayerNormalization (onnxruntime's transformer optimizer) looks input_ids up in
+    its word table (input 2), segment ids in its segment table (4), position ids in its
+    position table (3): a 2-row segment table fails [0, 8) as a Gather's would."""
+    model = parse('<ir_version: 8, opset_import: ["" : 14, "com.microsoft" : 1]>' + """
+    g (int64[2, 4] ids, int64[2, 4] seg, int64[1, 4] pos) => (float[2, 4, 2] y)
+      <float[9, 2] word = {0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 1.0, 2.0,
+                           3.0, 4.0, 5.0, 6.0, 7.0, 8.0},
+       float[5, 2] position = {0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0},
+       float[2, 2] segment = {0.0, 1.0, 2.0, 3.0},
+       float[2] gamma = {1.0, 1.0}, float[2] beta = {0.0, 0.0}> {
+        ids32 = Cast<to = 6>(ids)
+        seg32 = Cast<to = 6>(seg)
+        pos32 = Cast<to = 6>(pos)
+        y, mask_index = com.microsoft.EmbedLayerNormalization(ids32, seg32, word, position,
+                                                              segment, gamma, beta, , pos32)
+    }""")
+    assert index_bounds(model, ["ids", "seg", "pos"]) == {"ids": 9, "seg": 2, "pos": 5}
+    feeds = model_feeds(model, {"ids": (2, 4), "seg": (2, 4), "pos": (1, 4)}, seed=0)
+    assert feeds["seg"].max() <= 1 and feeds["pos"].max() <= 4
+    run_model(model, feeds)

@@ -224,7 +224,10 @@ def custom_domains(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
         if ref.domain.startswith("com.microsoft") or ref.domain == "ai.onnx.ml":
             grouped.setdefault((ref.domain, ref.op), []).append(ref)
     for (domain, op), refs in grouped.items():
-        if domain == _NCHWC or (domain == "com.microsoft" and op in MS_REWRITES):
+        if domain == "com.microsoft" and op == "Attention":
+            fix = ("unfuse-contrib, where the Attention has no past/present state, "
+                   "attention_bias or rotary embedding (its notes name the nodes it leaves)")
+        elif domain == _NCHWC or (domain == "com.microsoft" and op in MS_REWRITES):
             fix = "unfuse-contrib"
         elif domain == "ai.onnx.ml":
             fix = "move this classical-ML stage out of the TensorRT model (pre/post-processing)"

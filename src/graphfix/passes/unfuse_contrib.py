@@ -33,6 +33,7 @@ from graphfix.graph import all_graphs, names_in_use, node_label, opset_of
 from graphfix.graph.dtypes import float_dtype
 from graphfix.graph.ort_ops import MS, MS_REWRITES, ort_onnx_domain_op
 from graphfix.graph.walk import drop_unused_imports
+from graphfix.passes import _unfuse_attention as attention
 from graphfix.passes import _unfuse_nchwc as nchwc
 from graphfix.passes import _unfuse_transformer as transformer
 from graphfix.passes._unfuse_emit import (
@@ -171,7 +172,8 @@ _NO_DTYPE = (
     "its float type is unknown, so the constants it needs cannot be typed; "
     "run shape inference on the model first"
 )
-_REWRITES = {"FusedConv": _fused_conv, "FusedGemm": _fused_gemm, **transformer.MS_REWRITES}
+_REWRITES = {"FusedConv": _fused_conv, "FusedGemm": _fused_gemm, **transformer.MS_REWRITES,
+             **attention.REWRITES}
 assert set(_REWRITES) == MS_REWRITES, "ort_ops.MS_REWRITES lists what doctor names"
 
 

@@ -44,7 +44,11 @@ from graphfix.graph.protos import all_nodes, graph_protos
 PASS_THROUGH = {"Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity", "Flatten"}
 COMPARING = ("Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "Mod",
              "Div")
-INDEXING = {"Gather": 1, "GatherElements": 1}  # op -> which input holds the indices
+INDEXING = {"Gather": ((1, 0),), "GatherElements": ((1, 0),),
+            # onnxruntime's fused BERT embedding: input_ids, segment_ids, position_ids
+            "EmbedLayerNormalization": ((0, 2), (1, 4), (8, 3))}
+"""op -> (input holding indices, input holding the table they index on axis 0 (Gather,
+GatherElements: on their `axis`))."""
 SHAPE_KEEPING = {"Identity", "Cast"}
 SMALL = 4  # elements: an integer input this small may be a mode or rate, not data
 _STATE_TOKENS = {"state", "states", "hidden", "cell", "h0", "c0", "hx", "cx"}
@@ -202,16 +206,19 @@ def _bounds(graph: _Graph, names: Sequence[str]) -> dict[str, int]:
 
 
 def _indexed_size(graph: _Graph, node: onnx.NodeProto, tensor: str) -> int | None:
-    """The size of the axis `node` indexes where it is a Gather or GatherElements whose
-    indices are `tensor` and whose data is a constant; else None (0 for an empty axis)."""
-    where = INDEXING.get(node.op_type)
-    if where is None or len(node.input) <= where or node.input[where] != tensor:
+    """The size of the axis `node` indexes where it is a Gather or GatherElements (or
+    onnxruntime's EmbedLayerNormalization) whose indices are `tensor` and whose table is a
+    constant; else None (0 for an empty axis)."""
+    if node.domain not in ("", "ai.onnx", "com.microsoft"):
         return None
-    dims = graph.constant_dims(node.input[0])
-    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-    if not dims or not -len(dims) <= axis < len(dims):
-        return None
-    return max(dims[axis], 0)
+    for where, table in INDEXING.get(node.op_type, ()):
+        if len(node.input) <= max(where, table) or node.input[where] != tensor:
+            continue
+        dims = graph.constant_dims(node.input[table])
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if dims and -len(dims) <= axis < len(dims):
+            return max(dims[axis], 0)
+    return None
 
 
 def parse_input_value(spec: str) -> tuple[str, list[float | int]]:
