@@ -12,9 +12,10 @@ optimizer carries its transformer fusions, some of them written in the ONNX doma
     Gelu, BiasGelu, FastGelu, GemmFastGelu, QuickGelu, BiasAdd, BiasSplitGelu,
     SkipLayerNormalization, SkipSimplifiedLayerNormalization,
     SimplifiedLayerNormalization, LayerNormalization < opset 17  -> see _unfuse_transformer
+    EmbedLayerNormalization, Attention (BERT's, no past state)   -> see _unfuse_attention
 
-Attention, MultiHeadAttention, EmbedLayerNormalization, GroupQueryAttention,
-RotaryEmbedding and the quantized contrib ops are not rewritten (each is listed in a note).
+MultiHeadAttention, GroupQueryAttention, RotaryEmbedding, Attention with past/present
+state, and the quantized contrib ops are not rewritten (each is listed in a note).
 
 The last new node writes the fused node's output tensor, so output names and
 dtypes are kept. Only standard-domain nodes are emitted; the model keeps its
@@ -68,7 +69,7 @@ class UnfuseContribOptions:
 
 
 class UnfuseContrib(Pass):
-    """Rewrite onnxruntime contrib ops (FusedConv, FusedGemm, NCHWc, GELUs, norms) as standard ONNX.
+    """Rewrite onnxruntime contrib ops (fused convs, NCHWc, transformer fusions) as standard ONNX.
 
     Handles: `com.microsoft::FusedConv` with or without bias and Z (the residual added
     before the activation), activations Relu, Tanh, Sigmoid, LeakyRelu, Clip (min/max as
@@ -76,13 +77,14 @@ class UnfuseContrib(Pass):
     `FusedGemm` with Relu, Sigmoid, Tanh, Softsign, Softplus, LeakyRelu, HardSigmoid, Elu,
     Selu, ThresholdedRelu; the transformer optimizer's fusions (`com.microsoft::Gelu`,
     BiasGelu, FastGelu, GemmFastGelu, QuickGelu, BiasAdd, BiasSplitGelu,
-    SkipLayerNormalization, SkipSimplifiedLayerNormalization, and the ONNX-domain
-    SimplifiedLayerNormalization and pre-17 LayerNormalization, their optional statistics
-    and sum outputs kept); the whole `com.microsoft.nchwc` region of a graph (Conv with
-    fused activation and Sum, MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool,
-    Upsample, ReorderInput/ReorderOutput, channels-last, padded channels, block view
-    Reshapes), NCHWc weights reordered back to OIHW. Recurses into If/Loop/Scan bodies.
-    Drops the opset imports of non-standard domains that no node uses.
+    SkipLayerNormalization, SkipSimplifiedLayerNormalization, EmbedLayerNormalization,
+    Attention without past state, and the ONNX-domain SimplifiedLayerNormalization and
+    pre-17 LayerNormalization, their optional statistics and sum outputs kept); the whole
+    `com.microsoft.nchwc` region of a graph (Conv with fused activation and Sum, MaxPool,
+    AveragePool, GlobalMaxPool, GlobalAveragePool, Upsample, ReorderInput/ReorderOutput,
+    channels-last, padded channels, block view Reshapes), NCHWc weights reordered back to
+    OIHW. Recurses into If/Loop/Scan bodies. Drops the opset imports of non-standard domains
+    that no node uses.
 
     Skips, with a note, a fused node whose activation has no standard op or whose
     parameters do not match it, a node whose float type cannot be found when it
