@@ -284,17 +284,33 @@ class _InFloat:
                          {"to": _onnx_type(self.dtype)}, output=self.out, dtype=self.dtype)
 
 
+def _arity(node: gs.Node, count: int) -> str | None:
+    """Why `node` does not have exactly `count` present inputs, or None."""
+    if len(node.inputs) != count or any(t.is_empty() for t in node.inputs):
+        return f"it has {len(node.inputs)} inputs instead of {count}"
+    return None
+
+
+def _start(node: gs.Node, em: Emitter, x: gs.Tensor, wide: bool = True) -> _InFloat | str:
+    """Detach an activation node whose data `x` has a float type, and say where its
+    replacement writes; the reason when the type is unknown (nothing changed then)."""
+    dtype = float_dtype(x)
+    if dtype is None:
+        return NO_DTYPE
+    out = node.outputs[0]
+    return _InFloat(em, _detach(node), dtype, out, wide)
+
+
 def gelu(node: gs.Node, em: Emitter) -> str | None:
     """Gelu(X) and BiasGelu(A, B) = Gelu(A + B): the exact (Erf) form."""
     wanted = 2 if node.op == "BiasGelu" else 1
     if len(node.inputs) != wanted:
         return f"it has {len(node.inputs)} inputs instead of {wanted}"
-    dtype = float_dtype(node.inputs[0])
-    if dtype is None:
-        return NO_DTYPE
-    x, bias, out = node.inputs[0], _in(node, 1), node.outputs[0]
-    base = _detach(node)
-    f = _InFloat(em, base, dtype, out, wide=bias is not None)
+    x, bias = node.inputs[0], _in(node, 1)
+    f = _start(node, em, x, wide=bias is not None)
+    if isinstance(f, str):
+        return f
+    base = f.base
     x, bias = f.inputs(x, bias)
     if bias is not None:
         x = em.node("Add", f"{base}_bias", [x, bias], dtype=f.compute)
@@ -310,12 +326,11 @@ def fast_gelu(node: gs.Node, em: Emitter) -> str | None:
     weight = _in(node, 1) if gemm else None
     if x is None or (gemm and weight is None):
         return "it lacks its input" + (" or its weights" if gemm else "")
-    dtype = float_dtype(x)
-    if dtype is None:
-        return NO_DTYPE
-    bias, out = _in(node, 2 if gemm else 1), node.outputs[0]
-    base = _detach(node)
-    f = _InFloat(em, base, dtype, out, wide=gemm)
+    bias = _in(node, 2 if gemm else 1)
+    f = _start(node, em, x, wide=gemm)
+    if isinstance(f, str):
+        return f
+    base = f.base
     x, weight, bias = f.inputs(x, weight, bias)
     if weight is not None:
         x = em.node("MatMul", f"{base}_matmul", [x, weight], dtype=f.compute)
@@ -331,13 +346,11 @@ def quick_gelu(node: gs.Node, em: Emitter) -> str | None:
     x = _in(node, 0)
     if x is None:
         return "it lacks its input"
-    dtype = float_dtype(x)
-    if dtype is None:
-        return NO_DTYPE
     alpha = float(node.attrs.get("alpha", QUICK_GELU_ALPHA))
-    out = node.outputs[0]
-    base = _detach(node)
-    f = _InFloat(em, base, dtype, out, wide=False)
+    f = _start(node, em, x, wide=False)
+    if isinstance(f, str):
+        return f
+    base = f.base
     (x,) = f.inputs(x)
     scaled = x if alpha == 1.0 else em.node(
         "Mul", f"{base}_alpha", [x, em.const(f"{base}_alpha", np.array(alpha, f.compute))],
@@ -350,15 +363,13 @@ def quick_gelu(node: gs.Node, em: Emitter) -> str | None:
 
 def bias_add(node: gs.Node, em: Emitter) -> str | None:
     """BiasAdd(X, bias, skip) = X + bias + skip."""
-    if len(node.inputs) != 3 or any(t.is_empty() for t in node.inputs):
-        return f"it has {len(node.inputs)} inputs instead of 3"
-    dtype = float_dtype(node.inputs[0])
-    if dtype is None:
-        return NO_DTYPE
-    out = node.outputs[0]
+    if reason := _arity(node, 3):
+        return reason
     x, bias, skip = node.inputs
-    base = _detach(node)
-    f = _InFloat(em, base, dtype, out)
+    f = _start(node, em, x)
+    if isinstance(f, str):
+        return f
+    base = f.base
     x, bias, skip = f.inputs(x, bias, skip)
     total = em.node("Add", f"{base}_bias", [x, bias], dtype=f.compute)
     em.node("Add", f"{base}_skip", [total, skip], output=f.target, dtype=f.compute)
@@ -368,20 +379,18 @@ def bias_add(node: gs.Node, em: Emitter) -> str | None:
 
 def bias_split_gelu(node: gs.Node, em: Emitter) -> str | None:
     """BiasSplitGelu(X, bias): X + bias halved on the last axis, left * Gelu(right)."""
-    if len(node.inputs) != 2 or any(t.is_empty() for t in node.inputs):
-        return f"it has {len(node.inputs)} inputs instead of 2"
+    if reason := _arity(node, 2):
+        return reason
     x, bias = node.inputs
     width = bias.shape[0] if bias.shape is not None and len(bias.shape) == 1 else None
     if not isinstance(width, int) or width % 2:
         return "its bias's length is unknown or odd, so the halves cannot be sliced"
     if em.opset < 10:
         return f"Slice takes its bounds as inputs from opset 10, not {em.opset}"
-    dtype = float_dtype(x)
-    if dtype is None:
-        return NO_DTYPE
-    out = node.outputs[0]
-    base = _detach(node)
-    f = _InFloat(em, base, dtype, out)
+    f = _start(node, em, x)
+    if isinstance(f, str):
+        return f
+    base = f.base
     x, bias = f.inputs(x, bias)
     total = em.node("Add", f"{base}_bias", [x, bias], dtype=f.compute)
 
