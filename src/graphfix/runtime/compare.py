@@ -50,12 +50,16 @@ class OutputDiff:
 def compare_outputs(
     reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray],
     float_tolerance: Tolerance | None = None, floors: Mapping[str, float] | None = None,
+    computed_in: Mapping[str, str] | None = None,
 ) -> list[OutputDiff]:
     """Compare every reference output with the candidate's output of the same name.
     `float_tolerance` replaces the per-dtype tolerance of float tensors (--atol/--rtol);
-    `floors` are the model's noise floors per output (absolute, `runtime.outputs`)."""
-    floors = floors or {}
-    return [_compare_one(name, ref, candidate.get(name), float_tolerance, floors.get(name, 0.0))
+    `floors` are the model's noise floors per output (absolute, `runtime.outputs`);
+    `computed_in` names the narrower float type an output was cast up from, whose
+    tolerance then applies (`runtime.precision`)."""
+    floors, computed_in = floors or {}, computed_in or {}
+    return [_compare_one(name, ref, candidate.get(name), float_tolerance, floors.get(name, 0.0),
+                         computed_in.get(name))
             for name, ref in reference.items()]
 
 
@@ -67,10 +71,15 @@ def unstable(name: str, reason: str) -> OutputDiff:
 
 
 def _compare_one(name: str, ref: np.ndarray, cand: np.ndarray | None,
-                 float_tolerance: Tolerance | None, floor: float) -> OutputDiff:
+                 float_tolerance: Tolerance | None, floor: float,
+                 computed_in: str | None = None) -> OutputDiff:
     ref = np.asarray(ref)
-    tol = float_tolerance if float_tolerance is not None and ref.dtype.kind == "f" \
-        else tolerance_for(ref.dtype)
+    if float_tolerance is not None and ref.dtype.kind == "f":
+        tol = float_tolerance
+    elif computed_in is not None and ref.dtype.kind == "f":
+        tol = tolerance_for(computed_in)
+    else:
+        tol = tolerance_for(ref.dtype)
     if cand is None:
         return OutputDiff(name, False, math.inf, math.inf, tol, "missing from the rewritten model")
     cand = np.asarray(cand)

@@ -37,6 +37,7 @@ from graphfix.runtime.compare import OutputDiff, compare_outputs, unstable
 from graphfix.runtime.failures import cannot_run
 from graphfix.runtime.feeds import DEFAULT_SEED, NoTestData, model_feeds
 from graphfix.runtime.measure import measure
+from graphfix.runtime.precision import narrow_outputs
 from graphfix.runtime.session import intra_op_threads, run_model
 from graphfix.runtime.tolerances import FLOOR_FACTOR, ILL_CONDITIONED, tolerance_table
 from graphfix.runtime.values import InputValue, with_values
@@ -120,6 +121,7 @@ class OutputCheck:
         self._failure: BaseException | None = None
         self._waiting = threading.Event()  # set once a caller waits for the original
         self._ahead: _FloorAhead | None = None  # the floor measured ahead, unused so far
+        self.computed_in: dict[str, str] = {}  # output -> the narrow float it was cast from
 
     def _settled(self) -> None:
         """Wait for the original's run in the background, if one is under way; raise
@@ -211,6 +213,7 @@ class OutputCheck:
             except NoTestData as err:  # an input dtype onnxruntime cannot take
                 return cls({}, None, f"{err.what}: {err.why}", providers, seed)
         check = cls(feeds, None, "", providers, used_seed, str(data or ""))
+        check.computed_in = narrow_outputs(model)
         if not background:
             check._run_original(model)
             return check
@@ -267,6 +270,7 @@ class OutputCheck:
         self.close()
         feeds = feeds_as_declared(model, self.feeds)
         check = OutputCheck(self.feeds, None, "", self.providers, self.seed, self.data)
+        check.computed_in = narrow_outputs(model)
         try:
             check._reference = check._with_witness(model, run_checkable(
                 model, feeds, self.providers, extra_outputs=check._witnesses_of(model)))
@@ -434,7 +438,8 @@ class OutputCheck:
         stable = {k: v for k, v in self.reference.items() if k not in skip}
         empty = self.empty
         diffs = [unstable(d.name, EMPTY) if d.ok and d.name in empty else d
-                 for d in compare_outputs(stable, outputs, floors=self.floors)]
+                 for d in compare_outputs(stable, outputs, floors=self.floors,
+                                          computed_in=self.computed_in)]
         diffs += [unstable(name, why) for name, why in skip.items()]
         return CheckOutcome(all(d.ok for d in diffs), diffs)
 
@@ -495,6 +500,8 @@ class OutputCheck:
         table = {k: t.to_json() for k, t in tolerance_table().items()}
         table["noise_floor"] = {"factor": FLOOR_FACTOR, "measured": self.floor_measured,
                                 **self.floors}
+        if self.computed_in:  # outputs judged by the narrow type they were cast up from
+            table["computed_in"] = dict(self.computed_in)
         return table
 
 

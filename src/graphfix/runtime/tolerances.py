@@ -42,6 +42,8 @@ network) hid under rtol 1e-4 (docs/verdict.md); it stays for a user's plain
 elementwise bound (`graphfix check --rtol`) and for `ENGINE_FP32`. fp16/bf16 hold ~3/2
 significant digits and get bounds ~10 units of their rounding; they suit rewrites,
 not INT8 (Q/DQ models are compared by SQNR, `graphfix check`).
+A float32 output that is a Cast up from float16 holds float16 numbers and takes
+float16's bound (`runtime.precision`).
 """
 
 from __future__ import annotations
