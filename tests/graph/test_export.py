@@ -278,3 +278,43 @@ def test_a_merged_decoder_runs_every_pass_through_its_check():
         assert not result.report.rolled_back, [p.rollback_reason
                                                for p in result.report.rolled_back]
         assert result.report.check.enabled
+
+
+def test_constants_of_one_name_in_sibling_branches_stay_in_their_branches():
+    """onnxslim's silero_vad: both branches of an If hold a constant named alike, each
+    read by its branch and by a body inside it. Written in the main graph, they were one
+    name twice, which onnx.checker rejects (every pass rolled back)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from graphfix.graph import to_model
+    from graphfix.graph.protos import graph_protos
+    from graphfix.runtime.session import run_model
+
+    f32 = TensorProto.FLOAT
+
+    def branch(name: str, value: float) -> onnx.GraphProto:
+        inner = helper.make_graph([helper.make_node("Add", ["x", "k"], ["i"])], f"{name}_in",
+                                  [], [helper.make_tensor_value_info("i", f32, [2])])
+        return helper.make_graph(
+            [helper.make_node("If", ["flag"], ["n"], then_branch=inner, else_branch=inner),
+             helper.make_node("Mul", ["n", "k"], [f"{name}_out"])],
+            name, [], [helper.make_tensor_value_info(f"{name}_out", f32, [2])],
+            [numpy_helper.from_array(np.full(2, value, np.float32), "k")])
+
+    node = helper.make_node("If", ["flag"], ["y"], then_branch=branch("a", 2.0),
+                            else_branch=branch("b", 3.0))
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", f32, [2]),
+                                            helper.make_tensor_value_info(
+                                                "flag", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", f32, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    out = to_model(to_graph(model), model)
+    onnx.checker.check_model(out)
+    # gs's placement: each graph that reads `k` holds it (the branches, and their bodies)
+    assert [[t.name for t in g.initializer] for g in graph_protos(out.graph)] == [
+        [], ["k"], ["k"], ["k"], ["k"], ["k"], ["k"]]
+    x = np.array([1.0, -1.0], np.float32)
+    for flag, want in ((True, (x + 2) * 2), (False, (x + 3) * 3)):
+        feeds = {"x": x, "flag": np.array(flag)}
+        np.testing.assert_array_equal(run_model(out, feeds)["y"], want)

@@ -17,6 +17,7 @@ writes it into each body), and an empty list attribute keeps its type (gs raises
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import NamedTuple
 
 import onnx
@@ -80,7 +81,9 @@ def _bodies_of(graph: gs.Graph) -> _Bodies | None:
     decoders: the embedding, in both) was written twice, inside each branch, and a weight
     the main graph reads too once more. They are written once, in the main graph, which
     every body can read; a name the main graph already uses for another tensor keeps
-    gs's placement."""
+    gs's placement, and so do constants of one name in sibling bodies (onnxslim's output
+    of silero_vad names a constant alike in both branches of its If, each branch sharing
+    its own with a body inside it): written in main, the two were one name twice."""
     graphs = list(all_graphs(graph))
     if len(graphs) == 1:
         return None
@@ -94,7 +97,9 @@ def _bodies_of(graph: gs.Graph) -> _Bodies | None:
                     shared[id(t)] = t
                 seen.add(id(t))
     main = maps[id(graph)]
-    shared = {k: t for k, t in shared.items() if main.get(t.name, t) is t}
+    names = Counter(t.name for t in shared.values())
+    shared = {k: t for k, t in shared.items()
+              if main.get(t.name, t) is t and names[t.name] == 1}
     return _Bodies(shared, maps)
 
 
