@@ -195,6 +195,46 @@ def test_unsqueeze_pair_whose_first_feeds_another_node_stays():
     assert_kept(model, "Unsqueeze 'y'", "the Unsqueeze before it also feeds another node")
 
 
+@pytest.mark.parametrize(("opset", "body", "target"), [
+    (17, "u = Reshape(x, t) v = Unsqueeze(u, a)", [1, 4, -1, 3]),  # ViT: view then [None]
+    (11, "u = Reshape(x, t) v = Unsqueeze<axes=[-1]>(u)", [4, -1, 3, 1]),
+    (17, "u = Reshape(x, t1) v = Squeeze(u, one)", [4, 6]),
+    (11, "u = Reshape(x, t1) v = Squeeze<axes=[1]>(u)", [4, 6]),
+])
+def test_an_unsqueeze_or_squeeze_after_a_reshape_joins_it(opset, body, target):
+    model = parse(header(opset) + f"""
+    g (float[2,3,4] x) => (float[{",".join("?" * len(target))}] y)
+      <int64[3] t = {{4, -1, 3}}, int64[3] t1 = {{4, 1, 6}}, int64[1] a = {{0}},
+       int64[1] one = {{1}}> {{
+        {body}
+        y = Neg(v)
+    }}""")
+    out, result = apply(EliminateNoops(), model)
+    assert ops(out) == ["Reshape", "Neg"]
+    op = "Unsqueeze" if "Unsqueeze" in body else "Squeeze"
+    assert dict(result.counts) == {f"merged {op} into the Reshape before it": 1}
+    inits = {i.name: numpy_helper.to_array(i) for i in out.graph.initializer}
+    assert inits[out.graph.node[0].input[1]].tolist() == target
+    assert_same_outputs(model, out, feeds_for(model))
+    assert_idempotent(EliminateNoops(), out)
+
+
+@pytest.mark.parametrize(("body", "out", "node", "reason"), [
+    ("u = Reshape(x, z) v = Unsqueeze(u, a)", "?,?,?,?", "Unsqueeze 'v'",
+     "the Reshape before it copies dims (0 entries)"),
+    ("u = Reshape(x, flat) v = Squeeze(u, one)", "?", "Squeeze 'v'",  # -1, not a literal 1
+     "it squeezes an entry of the Reshape's target that is not 1"),
+])
+def test_a_reshape_whose_merge_would_move_a_dim_stays(body, out, node, reason):
+    model = parse(header() + f"""
+    g (float[2,3,4] x) => (float[{out}] y) <int64[3] z = {{0, 4, 3}},
+      int64[2] flat = {{24, -1}}, int64[1] a = {{0}}, int64[1] one = {{1}}> {{
+        {body}
+        y = Neg(v)
+    }}""")
+    assert_kept(model, node, reason)
+
+
 # ----------------------------------------------------------------- Transpose of size-1 axes
 
 

@@ -210,7 +210,9 @@ def _as_reshape(node: gs.Node, view: View) -> Plan | None:
 
 def squeeze(node: gs.Node, view: View) -> Plan | str | None:
     first = _lone_producer(view, node.inputs[0], "Unsqueeze")
-    if first is None or isinstance(first, str):
+    if first is None:
+        return _into_reshape(node, view)
+    if isinstance(first, str):
         return first
     x = first.inputs[0]
     inserted, squeezed = squeeze_axes(first, view.opset), squeeze_axes(node, view.opset)
@@ -243,7 +245,9 @@ def squeeze(node: gs.Node, view: View) -> Plan | str | None:
 def unsqueeze(node: gs.Node, view: View) -> Plan | str | None:
     """Unsqueeze(Unsqueeze(x, a1), a2) -> Unsqueeze(x, a): one node inserts both sets."""
     first = _lone_producer(view, node.inputs[0], "Unsqueeze")
-    if first is None or isinstance(first, str):
+    if first is None:
+        return _into_reshape(node, view)
+    if isinstance(first, str):
         return first
     inner, outer = squeeze_axes(first, view.opset), squeeze_axes(node, view.opset)
     for what, axes in (("first", inner), ("second", outer)):
@@ -265,6 +269,43 @@ def unsqueeze(node: gs.Node, view: View) -> Plan | str | None:
     else:
         plan.operand, plan.operand_role = np.array(combined, dtype=np.int64), "axes"
     return plan
+
+
+def _into_reshape(node: gs.Node, view: View) -> Plan | str | None:
+    """Unsqueeze(Reshape(x, t), a) and Squeeze(Reshape(x, t), a) as one Reshape(x, t'):
+    t with 1 inserted at the axes a, or with its 1 entries at a removed. A Reshape and an
+    Unsqueeze or Squeeze only relabel dims, so the data order is the same (torch's default
+    exporter writes `x.view(...)[None]` so: 12 of them in ViT-B/16). The target must be a
+    constant without 0 entries (a copied dim would move) and the axes known; a Squeeze
+    without axes, or of an entry that is not 1, stays. None when no lone Reshape with a
+    constant target writes the input."""
+    first = _lone_producer(view, node.inputs[0], "Reshape")
+    if first is None or isinstance(first, str):
+        return first
+    target = constant_value(first.inputs[1]) if len(first.inputs) > 1 else None
+    if target is None:
+        return None  # a computed target: not a candidate
+    shape = [int(v) for v in target.reshape(-1)]
+    if 0 in shape:
+        return "the Reshape before it copies dims (0 entries)"
+    axes = squeeze_axes(node, view.opset)
+    if axes is None or isinstance(axes, str):
+        return f"its axes {axes or 'are missing'}"
+    if node.op == "Unsqueeze":
+        out_rank = len(shape) + len(axes)
+        axes = normalized_axes(axes, out_rank)
+        if axes is None or len(set(axes)) != len(axes):
+            return "its axes are out of range or repeated"
+        rest = iter(shape)
+        merged = [1 if i in axes else next(rest) for i in range(out_rank)]
+    else:
+        axes = normalized_axes(axes, len(shape))
+        if axes is None or any(shape[a] != 1 for a in axes):
+            return "it squeezes an entry of the Reshape's target that is not 1"
+        merged = [d for i, d in enumerate(shape) if i not in axes]
+    return Plan(f"merged {node.op} into the Reshape before it", remove=False,
+                source=first.inputs[0], drop=first, op="Reshape",
+                operand=np.array(merged, dtype=np.int64))
 
 
 def concat(node: gs.Node, view: View) -> Plan | str | None:
