@@ -73,3 +73,13 @@ def test_a_float16_rounding_change_passes_where_the_output_is_float16_data_only(
         assert outcome.ok is should_pass, (tail, outcome.describe())
         error = outcome.diffs[0].max_abs / float(np.abs(check.reference["y"]).max())
         assert 1e-4 < error < 1e-2  # float16 units, under float16's bound, over float32's
+
+
+def test_an_output_joined_with_float32_values_is_not():
+    model = _scaled("Mul", 0.1)
+    graph = model.graph
+    cast_up = next(n for n in graph.node if n.output[0] == "up")
+    cast_up.output[0] = "up16"
+    graph.node.append(helper.make_node("Concat", ["up16", "x"], ["up"], axis=1))
+    graph.node.sort(key=lambda n: n.output[0] == "y")  # the Reshape last
+    assert narrow_outputs(model) == {}

@@ -11,7 +11,8 @@ the model). Such an output is judged with the narrow type's bound.
 
 Only a Cast up from float16/bfloat16 counts, reached from the output through ops that
 move values without computing (Reshape, Transpose, Slice...): an output computed in
-float32 from float16 inputs is a float32 computation and keeps float32's bound.
+float32 from float16 inputs, or joined with float32 values (Concat), keeps float32's
+bound.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from onnx import TensorProto
 NARROW = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
 WIDE = {TensorProto.FLOAT, TensorProto.DOUBLE}
 MOVING = {"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice",
-          "Gather", "Expand", "Tile", "Split", "Concat"}
-"""Ops whose output holds values of their input 0 (Concat: of its inputs) unchanged."""
+          "Gather", "Expand", "Tile", "Split"}
+"""Ops whose output holds values of their input 0 unchanged (not Concat: its other inputs
+may be float32 computations)."""
 MAX_STEPS = 256
 
 
