@@ -582,6 +582,28 @@ def test_integer_cumsum_of_bits_is_summed_in_float_where_the_table_lists_floats_
     assert [helper.get_attribute_value(a) for a in graph.node[3].attribute] == [int_type]
 
 
+@pytest.mark.parametrize("table, lowered", [(np.eye(4, dtype=np.int64), True),
+                                             (np.eye(4, dtype=np.int64) * 3, False)])
+def test_a_cumsum_of_rows_of_a_zero_one_table_is_summed_in_float(table, lowered):
+    """tf2onnx's CombinedNonMaxSuppression: CumSum(Gather(identity matrix, classes))."""
+    nodes = [helper.make_node("Gather", ["table", "k"], ["rows"], name="rows"),
+             helper.make_node("CumSum", ["rows", "axis"], ["y"], name="cumsum", exclusive=1)]
+    inits = [numpy_helper.from_array(table, "table"),
+             numpy_helper.from_array(np.array(0, np.int64), "axis")]
+    model = onnx.shape_inference.infer_shapes(_model(
+        nodes, [_vi("k", [5], TensorProto.INT64)], [_vi("y", [5, 4], TensorProto.INT64)],
+        inits))
+    if lowered:
+        _lowers(model, "10.16", ["Gather", "Cast", "CumSum", "Cast"], {CUMSUM_KEY: 1},
+                feed_sets=[{"k": np.array([3, 0, 3, 1, 2], np.int64)}], rtol=0, atol=0)
+    else:
+        _stays(model, "10.16", [("CumSum 'cumsum'", (
+            "TensorRT 10.16 lists CumSum for FP32, FP16, BF16 only, not INT64, and it "
+            "cannot be computed in float32 exactly: its terms are not a Cast of a BOOL "
+            "tensor or rows of a 0/1 table, so they may be large, and a float32 sum of "
+            "large integers rounds"))])
+
+
 def test_a_dynamic_summed_axis_is_said_to_be_assumed_short():
     model = _position_ids("L")
     _lowers(model, "10.16", ["Greater", "Cast", "CumSum", "Cast"],
@@ -594,8 +616,9 @@ def test_a_dynamic_summed_axis_is_said_to_be_assumed_short():
 def test_an_integer_cumsum_of_values_that_may_be_large_is_left():
     _stays(_position_ids(7, source="values"), "10.16", [("CumSum 'cumsum'", (
         "TensorRT 10.16 lists CumSum for FP32, FP16, BF16 only, not INT32, and it cannot "
-        "be computed in float32 exactly: its terms are not a Cast of a BOOL tensor, so "
-        "they may be large, and a float32 sum of large integers rounds"))])
+        "be computed in float32 exactly: its terms are not a Cast of a BOOL tensor or rows "
+        "of a 0/1 table, so they may be large, and a float32 sum of large integers "
+        "rounds"))])
 
 
 def test_after_the_run_doctor_says_why_the_pass_left_the_node():
@@ -610,8 +633,8 @@ def test_after_the_run_doctor_says_why_the_pass_left_the_node():
     assert after.fix == (
         "lower-unsupported ran and left it: TensorRT 10.16 lists CumSum for FP32, FP16, BF16 "
         "only, not INT32, and it cannot be computed in float32 exactly: its terms are not a "
-        "Cast of a BOOL tensor, so they may be large, and a float32 sum of large integers "
-        "rounds; instead: " + alone.fix.split("; elsewhere: ")[1])
+        "Cast of a BOOL tensor or rows of a 0/1 table, so they may be large, and a float32 "
+        "sum of large integers rounds; instead: " + alone.fix.split("; elsewhere: ")[1])
     assert result.report.doctor["findings"][0]["fix"] == after.fix
 
 
@@ -719,9 +742,9 @@ def test_a_sum_of_integers_that_may_be_large_is_left():
     _stays(_mask_count(source="values"), "8.6", [("ReduceSum 'count'", (
         "TensorRT 8.6 lists ReduceSum for FP32, FP16 only, not INT64 (INT32 after the "
         "parser's cast), and it cannot be computed in float32 exactly: its terms are not a "
-        "Cast of a BOOL tensor, so they may be large, and a float32 sum of large integers "
-        "rounds; nor slice by slice: it reduces 300 elements into each output element, "
-        "more than the 16 graphfix combines one by one"))])
+        "Cast of a BOOL tensor or rows of a 0/1 table, so they may be large, and a float32 "
+        "sum of large integers rounds; nor slice by slice: it reduces 300 elements into "
+        "each output element, more than the 16 graphfix combines one by one"))])
 
 
 def _image_size(op: str, keepdims: int, opset: int = 17) -> onnx.ModelProto:
@@ -789,9 +812,9 @@ def test_a_reduction_too_long_or_of_unknown_extent_is_left():
     _stays(dynamic, "8.6", [("ReduceMin 'r'", (
         "TensorRT 8.6 lists ReduceMin for FP32, FP16 only, not INT64 (INT32 after the "
         "parser's cast), and it cannot be computed in float32 exactly: its terms are not a "
-        "Cast of a BOOL tensor, so they may be large, and a float32 sum of large integers "
-        "rounds; nor slice by slice: the extents of its axes [1] are not known statically "
-        "(or are 0)"))])
+        "Cast of a BOOL tensor or rows of a 0/1 table, so they may be large, and a float32 "
+        "sum of large integers rounds; nor slice by slice: the extents of its axes [1] are "
+        "not known statically (or are 0)"))])
     finding, = [f for f in diagnose(dynamic, parse_target("8.6")).findings
                 if f.rule == "dtype-unsupported"]
     assert finding.fix.startswith(

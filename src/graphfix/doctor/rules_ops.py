@@ -171,7 +171,8 @@ def _dtype_fix(type_name: str, op: str, listed: str, target: TrtTarget) -> str:
     if retypes(op, type_name):
         return (f"lower-unsupported {RUN_BY_TRT} computes {op} in "
                 "FP32 where that is exact (a ConstantOfShape value FP32 holds; sums and "
-                f"extrema of a BOOL tensor cast to an integer type; NonZero); elsewhere: {fix}")
+                "extrema of a BOOL tensor cast to an integer type, or of rows of a 0/1 "
+                f"table; NonZero); elsewhere: {fix}")
     return fix
 
 

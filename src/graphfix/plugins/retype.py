@@ -19,7 +19,8 @@ cast back::
     Op one of CumSum, ReduceSum, ReduceMax, ReduceMin, ReduceProd
         = Cast<T>(Op(Cast<float32>(b), ...){...})
         exact: the terms are 0 or 1; a sum while it adds at most 2^24 of them (when how
-        many is not known statically: assumed, and said in a note)
+        many is not known statically: assumed, and said in a note). The same for x a
+        Gather from a constant integer table of 0s and 1s (Cast<float32>(x) then)
     NonZero(x: BOOL or an integer type) = NonZero(Cast<float32>(x))
         exact: no integer becomes 0 in float32
 
@@ -106,15 +107,14 @@ def _constant_of_shape(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
 def _count(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
     """CumSum or ReduceSum/Max/Min/Prod over a BOOL tensor cast to an integer type."""
     x, y, op = node.inputs[0], node.outputs[0], node.op
-    source = x.inputs[0] if len(x.inputs) == 1 else None
-    if source is None or source.op != "Cast" or not source.inputs or (
-            known_dtype(source.inputs[0]) != np.bool_):
-        return ("its terms are not a Cast of a BOOL tensor, so they may be large, and a "
-                "float32 sum of large integers rounds")
+    bits = _zero_or_one(x)
+    if bits is None:
+        return ("its terms are not a Cast of a BOOL tensor or rows of a 0/1 table, so they "
+                "may be large, and a float32 sum of large integers rounds")
     dtype = known_dtype(x)
     if dtype is None:
         return "its integer type is unknown; run shape inference on the model first"
-    bits, rest, attrs, note = source.inputs[0], list(node.inputs[1:]), dict(node.attrs), ""
+    rest, attrs, note = list(node.inputs[1:]), dict(node.attrs), ""
     if node.op in ("CumSum", "ReduceSum"):  # max, min and product of 0/1 are 0 or 1
         same = (x, bits, y) if op == "CumSum" else (x, bits)  # tensors of x's shape
         shape = next((t.shape for t in same if t.shape is not None), None)
@@ -131,6 +131,28 @@ def _count(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
         b.node("Cast", [total], {"to": helper.np_dtype_to_tensor_dtype(dtype)}, out=y)
 
     return emit, note
+
+
+def _zero_or_one(x: gs.Tensor) -> gs.Tensor | None:
+    """A tensor holding `x`'s values when they are all 0 or 1, to cast to float32: the BOOL
+    tensor a Cast to an integer type reads, or `x` itself where a Gather picks it from a
+    constant integer table of 0s and 1s (tf2onnx writes CombinedNonMaxSuppression's
+    class counts as rows of an identity matrix); None otherwise."""
+    source = x.inputs[0] if len(x.inputs) == 1 else None
+    if source is None or not source.inputs:
+        return None
+    if source.op == "Cast" and known_dtype(source.inputs[0]) == np.bool_:
+        return source.inputs[0]
+    if source.op == "Gather":
+        table = constant_value(source.inputs[0])
+        if (table is not None and np.issubdtype(table.dtype, np.integer)
+                and table.size <= _TABLE_READ and np.isin(table, (0, 1)).all()):
+            return x
+    return None
+
+
+_TABLE_READ = 1 << 20
+"""The most elements of a table `_zero_or_one` reads."""
 
 
 def _summed(node: gs.Node, shape) -> int | None:
