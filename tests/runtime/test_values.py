@@ -214,3 +214,16 @@ def test_index_bounds_see_onnxruntimes_fused_bert_embedding():
     feeds = model_feeds(model, {"ids": (2, 4), "seg": (2, 4), "pos": (1, 4)}, seed=0)
     assert feeds["seg"].max() <= 1 and feeds["pos"].max() <= 4
     run_model(model, feeds)
+
+
+def test_index_bounds_see_a_quantized_table_through_its_dequantize():
+    """onnxruntime's QDQ quantization of BERT: the 2-row token type table is int8 weights
+    then DequantizeLinear; [0, 8) overran it and the check could not run."""
+    model = parse(HEAD + """
+    g (int64[2, 3] types) => (float[2, 3, 2] y)
+      <int8[2, 2] q = {1, 2, 3, 4}, float scale = {0.5}, int8 zero = {0}> {
+        table = DequantizeLinear(q, scale, zero)
+        y = Gather(table, types)
+    }""")
+    assert index_bounds(model, ["types"]) == {"types": 2}
+    run_model(model, model_feeds(model, {"types": (2, 3)}, seed=0))

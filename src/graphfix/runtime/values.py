@@ -15,8 +15,9 @@ Random numbers suit most inputs, but not all. Four kinds get other values:
   Div/Mod). An integer scalar for which nothing is found gets no guess: the check
   refuses it (see `feeds`), since a random rate or mode breaks most models.
 - Integer inputs that index a constant table (`index_bounds`): the indices of a Gather or
-  GatherElements whose data is a constant (an initializer, also one in an external data
-  file, or a Constant node; through Identity/Cast), followed through the same
+  GatherElements (or onnxruntime's EmbedLayerNormalization) whose data is a constant (an
+  initializer, also one in an external data file, or a Constant node; through Identity,
+  Cast, QuantizeLinear and DequantizeLinear), followed through the same
   pass-through chains as above. Their random values stay below the size of the axis they
   index, the smallest over every such use: BERT's `token_type_ids` index a table of 2
   rows, and the [0, 8) of other integers (`feeds`) would fail its Gather.
@@ -49,7 +50,9 @@ INDEXING = {"Gather": ((1, 0),), "GatherElements": ((1, 0),),
             "EmbedLayerNormalization": ((0, 2), (1, 4), (8, 3))}
 """op -> (input holding indices, input holding the table they index on axis 0 (Gather,
 GatherElements: on their `axis`))."""
-SHAPE_KEEPING = {"Identity", "Cast"}
+SHAPE_KEEPING = {"Identity", "Cast", "DequantizeLinear", "QuantizeLinear"}
+"""Ops whose output has input 0's shape: a constant table read through them (a quantized
+model's embedding: int8 weights, then DequantizeLinear) keeps its dims."""
 SMALL = 4  # elements: an integer input this small may be a mode or rate, not data
 _STATE_TOKENS = {"state", "states", "hidden", "cell", "h0", "c0", "hx", "cx"}
 
@@ -119,7 +122,7 @@ class _Graph:
         return self.constant(node.input[0], depth + 1)
 
     def constant_dims(self, name: str) -> tuple[int, ...] | None:
-        """The shape of `name` when it is a constant (through Identity and Cast), read or
+        """The shape of `name` when it is a constant (through `SHAPE_KEEPING` ops), read or
         not: an initializer in an external data file has its dims in the model."""
         for _ in range(8):
             if name in self.dims:
