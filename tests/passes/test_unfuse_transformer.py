@@ -315,3 +315,57 @@ def test_a_model_from_onnxruntimes_transformer_optimizer_parses_after_the_pass(t
     out = _rewrite(fused, ["MatMul", "Add", *ERF_GELU, "MatMul", "Add", "Add",
                            "LayerNormalization"], feeds, run_model(original, feeds))
     assert diagnose(out, target).parses()
+
+
+# ----------------------------------------------------------------------------- TensorFlow's Erfc
+
+
+def _erfc_model(dtype=np.float32, opset=17) -> onnx.ModelProto:
+    """Keras 3's ONNX export of GELU: 0.5 * x * Erfc(-x / sqrt 2), Erfc left by tf2onnx."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [helper.make_node("Mul", ["x", "k"], ["t"]),
+             helper.make_node("Erfc", ["t"], ["e"], name="erfc"),
+             helper.make_node("Mul", ["x", "e"], ["y"])]
+    graph = helper.make_graph(nodes, "keras", [helper.make_tensor_value_info("x", elem, [2, 8])],
+                              [helper.make_tensor_value_info("y", elem, [2, 8])],
+                              [numpy_helper.from_array(np.array(-0.5 ** 0.5, dtype), "k")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _erfc_reference(x: np.ndarray) -> np.ndarray:
+    k = np.asarray(-0.5 ** 0.5, x.dtype)
+    return x * np.vectorize(math.erfc, otypes=[np.float64])(x * k).astype(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_tensorflows_erfc_left_by_tf2onnx_is_one_minus_erf(dtype):
+    model = _erfc_model(dtype)
+    out, result = apply(UnfuseContrib(), model)
+    assert dict(result.counts) == {"rewrote Erfc as standard ops": 1}
+    assert ops(out) == ["Mul", "Erf", "Sub", "Mul"]
+    x = (np.random.default_rng(0).standard_normal((2, 8)) * 3).astype(dtype)
+    got = run_model(out, {"x": x})["y"]
+    want = _erfc_reference(x)
+    tol = 2e-6 if dtype == np.float32 else 2e-3
+    assert float(np.abs(got.astype(np.float64) - want).max()) <= tol * float(np.abs(want).max())
+    assert_idempotent(UnfuseContrib(), out)
+
+
+@pytest.mark.parametrize("opset", [17, 13])  # CastLike in its form from 15; numpy before
+def test_the_check_runs_erfc_by_its_reference_form(opset):
+    from graphfix.runtime.outputs import run_checkable
+
+    model = _erfc_model(opset=opset)
+    x = np.linspace(-4, 4, 16, dtype=np.float32).reshape(2, 8)
+    got = run_checkable(model, {"x": x})["y"]
+    np.testing.assert_allclose(got, _erfc_reference(x), rtol=2e-6, atol=1e-7)
+
+
+def test_doctor_names_unfuse_contrib_for_erfc():
+    found = [f for f in diagnose(_erfc_model(), parse_target("10")).findings
+             if f.rule == "custom-op-unknown"]
+    assert len(found) == 1 and found[0].fix.startswith(
+        "Erfc is TensorFlow's op, which tf2onnx left in the ONNX domain: unfuse-contrib "
+        "rewrites it")

@@ -22,7 +22,7 @@ import onnx.defs
 
 from graphfix.doctor.findings import ERROR, INFO, WARN, Finding
 from graphfix.doctor.view import ModelView, NodeRef
-from graphfix.graph.ort_ops import ORT_ONNX_DOMAIN
+from graphfix.graph.ort_ops import ORT_ONNX_DOMAIN, TF_ONNX_DOMAIN
 from graphfix.graph.protos import text
 from graphfix.plugins.nodes import problems as node_problems
 from graphfix.trt import (
@@ -203,6 +203,9 @@ def _unknown(domain: str, op: str, refs: list[NodeRef], target: TrtTarget,
         advice = (f"{op} is onnxruntime's op, which its transformer optimizer writes in the "
                   "ONNX domain: unfuse-contrib rewrites it as standard ONNX ops (trt-prep "
                   "runs it)")
+    elif domain in ("", "ai.onnx") and op in TF_ONNX_DOMAIN:
+        advice = (f"{op} is TensorFlow's op, which tf2onnx left in the ONNX domain: "
+                  "unfuse-contrib rewrites it as standard ONNX ops (trt-prep runs it)")
     return Finding(
         "custom-op-unknown", ERROR,
         f"{why}; parsing fails unless a plugin creator named {op} is registered",

@@ -412,5 +412,20 @@ MS_REWRITES = {
     "QuickGelu": quick_gelu, "BiasAdd": bias_add, "BiasSplitGelu": bias_split_gelu,
     "SkipLayerNormalization": skip_layer_norm, "SkipSimplifiedLayerNormalization": skip_layer_norm,
 }
+def erfc(node: gs.Node, em: Emitter) -> str | None:
+    """TensorFlow's Erfc(x) = 1 - Erf(x), in x's type (tf2onnx leaves Erfc in the ONNX
+    domain where it has no handler: Keras 3's ONNX export of GELU)."""
+    if reason := _arity(node, 1):
+        return reason
+    x = node.inputs[0]
+    f = _start(node, em, x, wide=False)
+    if isinstance(f, str):
+        return f
+    erf = em.node("Erf", f"{f.base}_erf", [x], dtype=f.compute)
+    em.node("Sub", f"{f.base}_sub", [em.const(f"{f.base}_one", np.array(1.0, f.compute)), erf],
+            output=f.target, dtype=f.compute)
+    return None
+
+
 ONNX_DOMAIN_REWRITES = {"SimplifiedLayerNormalization": onnx_domain_norm,
-                        "LayerNormalization": onnx_domain_norm}
+                        "LayerNormalization": onnx_domain_norm, "Erfc": erfc}

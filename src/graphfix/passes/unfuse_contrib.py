@@ -13,6 +13,7 @@ optimizer carries its transformer fusions, some of them written in the ONNX doma
     SkipLayerNormalization, SkipSimplifiedLayerNormalization,
     SimplifiedLayerNormalization, LayerNormalization < opset 17  -> see _unfuse_transformer
     EmbedLayerNormalization, Attention (BERT's, no past state)   -> see _unfuse_attention
+    Erfc(x), TensorFlow's, left in the ONNX domain by tf2onnx    -> Sub(1, Erf(x))
 
 MultiHeadAttention, GroupQueryAttention, RotaryEmbedding, Attention with past/present
 state, and the quantized contrib ops are not rewritten (each is listed in a note).
@@ -32,7 +33,7 @@ import onnx_graphsurgeon as gs
 from graphfix.errors import GraphfixError
 from graphfix.graph import all_graphs, names_in_use, node_label, opset_of
 from graphfix.graph.dtypes import float_dtype
-from graphfix.graph.ort_ops import MS, MS_REWRITES, ort_onnx_domain_op
+from graphfix.graph.ort_ops import MS, MS_REWRITES, foreign_onnx_domain_op
 from graphfix.graph.walk import drop_unused_imports
 from graphfix.passes import _unfuse_attention as attention
 from graphfix.passes import _unfuse_nchwc as nchwc
@@ -184,7 +185,7 @@ def _rewrite_of(node: gs.Node, opset: int):
     ONNX domain; None for every other node."""
     if node.domain == MS:
         return _REWRITES.get(node.op)
-    if (node.domain or "") in _STANDARD and ort_onnx_domain_op(node.op, opset):
+    if (node.domain or "") in _STANDARD and foreign_onnx_domain_op(node.op, opset):
         return transformer.ONNX_DOMAIN_REWRITES[node.op]
     return None
 

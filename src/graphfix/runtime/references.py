@@ -19,6 +19,7 @@ was verified against a real TensorRT plugin: references follow the plugins' sour
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -232,7 +233,27 @@ def attributes(node: onnx.NodeProto) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- built-ins
 
 
-_BUILTIN: tuple[Registration, ...] = ()  # TensorRT plugins' forms: graphfix.plugins.native
+def _erfc(node: onnx.NodeProto, opset: int) -> Decomposition:
+    """TensorFlow's Erfc (tf2onnx leaves it in the ONNX domain) = 1 - Erf(x); the 1 takes
+    x's type by CastLike (opset 15), else the numpy kernel computes it."""
+    if opset < 15:
+        raise NeedsOpset(f"its form needs CastLike (opset 15), the model imports {opset}")
+    x, y = node.input[0], node.output[0]
+    nodes = [helper.make_node("Erf", [x], [f"{y}__erf"]),
+             helper.make_node("CastLike", [f"{y}__one", x], [f"{y}__one_typed"]),
+             helper.make_node("Sub", [f"{y}__one_typed", f"{y}__erf"], [y])]
+    return Decomposition(nodes, [numpy_helper.from_array(np.array(1.0, np.float32),
+                                                         f"{y}__one")])
+
+
+def _erfc_kernel(inputs: list[Any], attributes: dict[str, Any]) -> list[np.ndarray]:
+    x = np.asarray(inputs[0])
+    return [np.vectorize(math.erfc, otypes=[np.float64])(x).astype(x.dtype)]
+
+
+_BUILTIN: tuple[Registration, ...] = (  # TensorRT plugins' forms: graphfix.plugins.native
+    Registration("", "Erfc", Decompose(_erfc, Kernel(_erfc_kernel))),
+)
 # Packages above runtime/ that hold reference forms, each exposing `REFERENCES: tuple[
 # Registration, ...]`; imported by name on the first lookup (runtime/ imports none of them).
 _PROVIDERS: tuple[str, ...] = ("graphfix.nms.efficient", "graphfix.nms.ssd",
