@@ -4,6 +4,7 @@ answers differ."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from doctorhelpers import findings, model, one, rule_ids, vi
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
@@ -134,3 +135,15 @@ def test_quantizer_ops_point_at_qdq_not_at_export_or_optimizations():
     found = one(add, "10.16", "domain-nonstandard", only=["domains"])
     assert found.fix == QUANTIZED_FIX
     assert "offline optimizations" not in found.fix and "graphfix calibrate" in found.fix
+
+
+@pytest.mark.parametrize("op", ["MatMulNBits", "DequantizeLinear"])
+def test_weight_only_and_contrib_qdq_quantizer_ops_point_at_qdq(op):
+    """onnxruntime's 4-bit weight-only quantizer writes com.microsoft::MatMulNBits, and its
+    QDQ with contrib ops com.microsoft Q/DQ: quantizer output, not offline optimizations."""
+    from graphfix.doctor.rules_ops import QUANTIZED_FIX
+
+    node = helper.make_node(op, ["a", "b"], ["y"], name="q", domain="com.microsoft")
+    m = model([node], [vi("a", F, [2, 4]), vi("b", TP.UINT8, [4, 1, 2])], [vi("y", F, [2, 4])],
+              domains=["com.microsoft"])
+    assert one(m, "10.16", "domain-nonstandard", only=["domains"]).fix == QUANTIZED_FIX

@@ -82,13 +82,18 @@ QUANTIZER_OPS = frozenset({
     "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QGemm",
     "QLinearReduceMean", "QLinearWhere", "QAttention", "DynamicQuantizeMatMul",
     "MatMulIntegerToFloat", "DynamicQuantizeLSTM", "QEmbedLayerNormalization",
+    # its weight-only (block-wise 4-bit) quantizers
+    "MatMulNBits", "MatMulBnb4", "MatMulFpQ4", "GatherBlockQuantized",
 })
 """Ops onnxruntime's quantizer writes in its QOperator format (quantize_static with
-quant_format=QOperator) and for dynamic quantization (quantize_dynamic), in the ONNX or
-the com.microsoft domain. TensorRT takes INT8 models as Q/DQ pairs around float ops."""
+quant_format=QOperator), for dynamic quantization (quantize_dynamic) and weight-only
+4-bit quantization (MatMulNBits, ...), in the ONNX or the com.microsoft domain. TensorRT
+takes quantized models as standard Q/DQ pairs around float ops."""
+_MS_QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+"""onnxruntime's com.microsoft Q/DQ (its QDQ with contrib ops, for 16-bit and 4-bit)."""
 
 QUANTIZED_FIX = (
-    "this op comes from onnxruntime's quantizer (QOperator format or dynamic "
+    "this op comes from onnxruntime's quantizer (QOperator format, dynamic or weight-only "
     "quantization), which TensorRT does not read: quantize the float model to Q/DQ instead "
     "(graphfix calibrate model.onnx --data ..., or onnxruntime quantize_static with "
     "quant_format=QDQ and symmetric INT8 activations and weights)")
@@ -232,7 +237,7 @@ def custom_domains(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
             fix = "unfuse-contrib"
         elif domain == "ai.onnx.ml":
             fix = "move this classical-ML stage out of the TensorRT model (pre/post-processing)"
-        elif op in QUANTIZER_OPS:
+        elif op in QUANTIZER_OPS or (domain == "com.microsoft" and op in _MS_QDQ):
             fix = QUANTIZED_FIX
         else:
             fix = ("re-export without onnxruntime's offline optimizations "
