@@ -204,3 +204,77 @@ def test_onnxruntime_optimized_bert_parses_and_computes_the_same():
     assert diagnose(out, target).parses()
     assert {"Softmax", "ReduceMean", "Erf"} <= set(ops(out))  # opset 14: norms written out
     assert len(out.graph.node) == 131  # 18 nodes, the fused ones written out
+
+
+# ----------------------------------------------------------------------------- MultiHeadAttention
+
+L = 5  # keys, against S queries
+
+
+def _mha(self_attention=False, bias=False, mask=None, attention_bias=False, **attrs):
+    attrs.setdefault("num_heads", HEADS)
+    ins = ["q", "q" if self_attention else "k", "q" if self_attention else "v"]
+    ins += ["b" if bias else "", "m" if mask else "", "ab" if attention_bias else ""]
+    while ins[-1] == "":
+        ins.pop()
+    keys = S if self_attention else L
+    node = helper.make_node("MultiHeadAttention", ins, ["y"], name="mha", domain=MS, **attrs)
+    inputs = [_vi("q", TensorProto.FLOAT, [B, S, H])]
+    if not self_attention:
+        inputs += [_vi("k", TensorProto.FLOAT, [B, L, H]),
+                   _vi("v", TensorProto.FLOAT, [B, L, 2 * H])]
+    if mask:
+        inputs.append(_vi("m", TensorProto.INT32, [B] if mask == 1 else [B, keys]))
+    if attention_bias:
+        inputs.append(_vi("ab", TensorProto.FLOAT, [1, HEADS, S, keys]))
+    width = H if self_attention else 2 * H
+    inits = {"b": _w(2 * H + width, seed=3)} if bias else {}
+    return _model([node], inputs, [_vi("y", TensorProto.FLOAT, [B, S, width])], inits)
+
+
+def _mha_feeds(model):
+    rng = np.random.default_rng(4)
+    feeds = {}
+    for i in model.graph.input:
+        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        if i.name == "m":
+            feeds["m"] = (np.array([3, 5], np.int32) if len(shape) == 1 else
+                          (rng.random(shape) > 0.3).astype(np.int32))
+        else:
+            feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"self_attention": True},
+    {"bias": True},
+    {"mask": 2},
+    {"mask": 1},
+    {"attention_bias": True, "bias": True},
+    {"self_attention": True, "unidirectional": 1},
+    {"scale": 0.3, "mask": 2, "mask_filter_value": -1e4},
+])
+def test_multi_head_attention_computes_as_onnxruntimes_kernel(kwargs):
+    model = _mha(**kwargs)
+    _same(model, _mha_feeds(model))
+
+
+@pytest.mark.parametrize("case, reason", [
+    ("past", "it has a past_key input, which this rewrite does not handle"),
+    ("packed", "its query, key or value is packed or absent"),
+    ("causal cross", "it is causal over a key that is not the query"),
+])
+def test_multi_head_attention_it_does_not_rewrite_stays_with_the_reason(case, reason):
+    model = _mha(unidirectional=int(case == "causal cross"))
+    node = model.graph.node[0]
+    if case == "past":
+        node.input.extend(["", "", "", "pk"])
+        model.graph.input.append(_vi("pk", TensorProto.FLOAT, [B, HEADS, 2, H // HEADS]))
+    elif case == "packed":
+        node.input[1:] = ["", ""]
+    graph = gs.import_onnx(model)
+    before = fingerprint(graph)
+    result = UnfuseContrib().run(graph, PassContext())
+    assert fingerprint(graph) == before
+    assert (result.notes[0].subject, result.notes[0].reason) == ("MultiHeadAttention 'mha'",
+                                                                 reason)

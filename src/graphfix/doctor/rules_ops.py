@@ -230,9 +230,10 @@ def custom_domains(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
         if ref.domain.startswith("com.microsoft") or ref.domain == "ai.onnx.ml":
             grouped.setdefault((ref.domain, ref.op), []).append(ref)
     for (domain, op), refs in grouped.items():
-        if domain == "com.microsoft" and op == "Attention":
-            fix = ("unfuse-contrib, where the Attention has no past/present state, "
-                   "attention_bias or rotary embedding (its notes name the nodes it leaves)")
+        if domain == "com.microsoft" and op in ("Attention", "MultiHeadAttention"):
+            fix = (f"unfuse-contrib, where the {op} has no past/present state or rotary "
+                   "embedding and an unpacked, 3-D input (its notes name the nodes it "
+                   "leaves)")
         elif domain == _NCHWC or (domain == "com.microsoft" and op in MS_REWRITES):
             fix = "unfuse-contrib"
         elif domain == "ai.onnx.ml":

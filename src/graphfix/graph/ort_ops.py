@@ -10,7 +10,7 @@ MS = "com.microsoft"
 MS_REWRITES = frozenset({
     "FusedConv", "FusedGemm", "Gelu", "BiasGelu", "FastGelu", "GemmFastGelu", "QuickGelu",
     "BiasAdd", "BiasSplitGelu", "SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
-    "EmbedLayerNormalization", "Attention",
+    "EmbedLayerNormalization", "Attention", "MultiHeadAttention",
 })
 """`com.microsoft` ops unfuse-contrib rewrites as standard ONNX ops."""
 

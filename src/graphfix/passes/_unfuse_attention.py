@@ -1,6 +1,7 @@
-"""unfuse-contrib's attention part: the BERT fusions of onnxruntime's transformer optimizer,
-`com.microsoft::EmbedLayerNormalization` and `com.microsoft::Attention`, as standard ONNX
-ops (opset 13 and later)::
+"""unfuse-contrib's attention part: the fusions of onnxruntime's transformer optimizer
+`com.microsoft::EmbedLayerNormalization`, `Attention` (BERT) and `MultiHeadAttention` (its
+unpacked form: cross attention, diffusion and CLIP models), as standard ONNX ops (opset 13
+and later)::
 
     EmbedLayerNormalization(ids, segment_ids?, word, position, segment?, gamma, beta,
                             mask?, position_ids?)
@@ -18,11 +19,17 @@ ops (opset 13 and later)::
                      the query (unidirectional)
         output   = softmax(scores) @ v, heads joined
 
+    MultiHeadAttention(query, key, value, bias?, key_padding_mask?, attention_bias?)
+        the same with q, k, v given (each plus its part of bias), attention_bias added to
+        the scores, key_padding_mask as a mask of keys (lengths, or [batch, keys])
+
 As onnxruntime's operator docs and CPU kernels define them (the mask_index an
 EmbedLayerNormalization writes is checked against onnxruntime: the count of ones, not the
-position of the first zero). Not rewritten, each with a note: past/present state,
-attention_bias, past_sequence_length, rotary embedding, left-padding (2 * batch) and 3-D
-masks, and opsets below 13.
+position of the first zero; MultiHeadAttention's form equals its CPU kernel within 2e-7
+of the scale, measured). Not rewritten, each with a note: past/present state,
+Attention's attention_bias, past_sequence_length, rotary embedding, left-padding
+(2 * batch) and 3-D masks, packed or 4-D query/key/value, causal cross attention, and
+opsets below 13.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 from onnx import TensorProto, helper
 
+from graphfix.graph import constant_value
 from graphfix.graph.dtypes import float_dtype
 from graphfix.passes._unfuse_emit import Emitter
 from graphfix.passes._unfuse_transformer import NO_DTYPE, emit_norm
@@ -224,19 +232,30 @@ def attention(node: gs.Node, em: Emitter) -> str | None:
     split = gs.Node("Split", em.fresh(f"{base}_split"), {"axis": -1},
                     [qkv, _i64(em, f"{base}_sizes", [hq, hk, hv])], parts)
     em.graph.nodes.append(split)
+    keep = _keep(em, base, x, x, mask, causal)
+    _attend(em, base, parts, heads, (hq, hk, hv), scale, fill, keep, None, out, dtype)
+    return None
 
+
+def _attend(em: Emitter, base: str, qkv: list[gs.Tensor], heads: int,
+            sizes: tuple[int, int, int], scale: float, fill: float, keep: gs.Tensor | None,
+            bias: gs.Tensor | None, out: gs.Tensor, dtype) -> None:
+    """softmax(scale * q k^T + bias, masked) v over `heads` heads of the [batch, sequence,
+    hidden] tensors `qkv`, the heads joined into `out`."""
     def heads_of(t: gs.Tensor, size: int, perm: list[int], what: str) -> gs.Tensor:
         shaped = em.node("Reshape", f"{base}_{what}_heads", [t, _i64(
             em, f"{base}_{what}_shape", [0, 0, heads, size // heads])], dtype=dtype)
         return em.node("Transpose", f"{base}_{what}_t", [shaped], {"perm": perm}, dtype=dtype)
 
-    q = heads_of(parts[0], hq, [0, 2, 1, 3], "q")
-    k = heads_of(parts[1], hk, [0, 2, 3, 1], "k")
-    v = heads_of(parts[2], hv, [0, 2, 1, 3], "v")
+    hq, hk, hv = sizes
+    q = heads_of(qkv[0], hq, [0, 2, 1, 3], "q")
+    k = heads_of(qkv[1], hk, [0, 2, 3, 1], "k")
+    v = heads_of(qkv[2], hv, [0, 2, 1, 3], "v")
     scores = em.node("MatMul", f"{base}_scores", [q, k], dtype=dtype)
     scores = em.node("Mul", f"{base}_scale", [scores, em.const(
         f"{base}_scale_value", np.array(scale, dtype))], dtype=dtype)
-    keep = _keep(em, base, x, mask, causal)
+    if bias is not None:
+        scores = em.node("Add", f"{base}_attention_bias", [scores, bias], dtype=dtype)
     if keep is not None:
         additive = em.node("Where", f"{base}_mask", [keep, em.const(
             f"{base}_zero_value", np.array(0.0, dtype)), em.const(
@@ -248,16 +267,88 @@ def attention(node: gs.Node, em: Emitter) -> str | None:
                       dtype=dtype)
     em.node("Reshape", f"{base}_join", [context, _i64(em, f"{base}_join_shape", [0, 0, hv])],
             output=out, dtype=dtype)
+
+
+# ----------------------------------------------------------------------------- MultiHeadAttention
+
+
+def _mha_refusal(node: gs.Node, em: Emitter) -> str | None:
+    if em.opset < MIN_OPSET:
+        return f"its rewrite needs opset {MIN_OPSET} or later, not {em.opset}"
+    names = {6: "past_key", 7: "past_value", 8: "past_sequence_length",
+             9: "cache_indirection"}
+    for i, name in names.items():
+        if _present(node, i) is not None:
+            return f"it has a {name} input, which this rewrite does not handle"
+    if any(_present(node, i, outputs=True) is not None for i in (1, 2, 3)):
+        return "it writes present state or its qk, which this rewrite does not handle"
+    query, key, value = (_present(node, i) for i in range(3))
+    if query is None or key is None or value is None:
+        return "its query, key or value is packed or absent"
+    if any(t.shape is None or len(t.shape) != 3 for t in (query, key, value)):
+        return "its query, key and value are not all [batch, sequence, hidden]"
+    if "num_heads" not in node.attrs:
+        return "it has no num_heads"
+    if int(node.attrs.get("unidirectional", 0)) and key is not query:
+        return "it is causal over a key that is not the query"
+    mask = _present(node, 4)
+    if mask is not None:
+        rank = _mask_rank(mask)
+        if rank not in (1, 2) or (rank == 1 and not _lengths_mask(mask, query)):
+            return "its key_padding_mask is not one length per batch row or a [batch, keys] mask"
+    bias = _present(node, 5)
+    if bias is not None and (bias.shape is None or len(bias.shape) != 4):
+        return "its attention_bias is not 4-D"
     return None
 
 
-def _keep(em: Emitter, base: str, x: gs.Tensor, mask: gs.Tensor | None,
-          causal: bool) -> gs.Tensor | None:
+def multi_head_attention(node: gs.Node, em: Emitter) -> str | None:
+    """MultiHeadAttention(query, key, value, bias?, key_padding_mask?, attention_bias?):
+    the projections' bias (query's, key's, value's, concatenated) added to each, then the
+    attention of `_attend`; the mask as Attention's, for keys."""
+    reason = _mha_refusal(node, em)
+    if reason:
+        return reason
+    query, key, value = node.inputs[:3]
+    widths = [t.shape[-1] for t in (query, key, value)]
+    heads = int(node.attrs["num_heads"])
+    if not all(isinstance(w, int) for w in widths) or widths[0] != widths[1] or any(
+            w % heads for w in widths):
+        return "its hidden sizes are not static, or do not split evenly into num_heads"
+    dtype = float_dtype(query)
+    if dtype is None:
+        return NO_DTYPE
+    proj = _present(node, 3)
+    projections = constant_value(proj) if proj is not None else None
+    if proj is not None and (projections is None or projections.size != sum(widths)):
+        return "its bias is not a constant of the three hidden sizes"
+    mask, attention_bias = _present(node, 4), _present(node, 5)
+    scale = float(node.attrs.get("scale", 0.0)) or 1.0 / math.sqrt(widths[0] // heads)
+    fill = float(node.attrs.get("mask_filter_value", MASK_FILTER_VALUE))
+    causal = bool(int(node.attrs.get("unidirectional", 0)))
+    out = node.outputs[0]
+    base = node.name or out.name
+    node.inputs.clear()
+    node.outputs.clear()
+    qkv = [query, key, value]
+    if projections is not None:
+        starts = np.cumsum([0, *widths])
+        qkv = [em.node("Add", f"{base}_{what}_bias", [t, em.const(
+            f"{base}_{what}_bias_value", projections.reshape(-1)[starts[i]:starts[i + 1]])],
+            dtype=dtype) for i, (t, what) in enumerate(zip(qkv, "qkv", strict=True))]
+    keep = _keep(em, base, query, key, mask, causal)
+    _attend(em, base, qkv, heads, tuple(widths), scale, fill, keep, attention_bias, out,
+            dtype)
+    return None
+
+
+def _keep(em: Emitter, base: str, queries: gs.Tensor, keys_of: gs.Tensor,
+          mask: gs.Tensor | None, causal: bool) -> gs.Tensor | None:
     """Where a query may read a key, broadcastable to [batch, heads, query, key] (BOOL);
-    None when it may read every key."""
+    None when it may read every key. `queries` and `keys_of` give the two counts (dim 1)."""
     keep = None
     if mask is not None and _mask_rank(mask) == 1:
-        keys = _range(em, f"{base}_keys", _dim(em, f"{base}_key_count", x, 1))
+        keys = _range(em, f"{base}_keys", _dim(em, f"{base}_key_count", keys_of, 1))
         lengths = em.node("Cast", f"{base}_lengths", [mask], {"to": TensorProto.INT64},
                           dtype=np.int64)
         lengths = em.node("Unsqueeze", f"{base}_lengths_col", [lengths, _i64(
@@ -269,7 +360,7 @@ def _keep(em: Emitter, base: str, x: gs.Tensor, mask: gs.Tensor | None,
         keep = em.node("Unsqueeze", f"{base}_raw_4d", [raw, _i64(em, f"{base}_raw_axes",
                                                                     [1, 2])], dtype=np.bool_)
     if causal:
-        count = _dim(em, f"{base}_query_count", x, 1)
+        count = _dim(em, f"{base}_query_count", queries, 1)
         positions = _range(em, f"{base}_causal", count)
         rows = em.node("Unsqueeze", f"{base}_rows", [positions, _i64(
             em, f"{base}_rows_axes", [1])], dtype=np.int64)
@@ -280,4 +371,5 @@ def _keep(em: Emitter, base: str, x: gs.Tensor, mask: gs.Tensor | None,
     return keep
 
 
-REWRITES = {"EmbedLayerNormalization": embed_layer_norm, "Attention": attention}
+REWRITES = {"EmbedLayerNormalization": embed_layer_norm, "Attention": attention,
+            "MultiHeadAttention": multi_head_attention}

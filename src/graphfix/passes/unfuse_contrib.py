@@ -12,11 +12,12 @@ optimizer carries its transformer fusions, some of them written in the ONNX doma
     Gelu, BiasGelu, FastGelu, GemmFastGelu, QuickGelu, BiasAdd, BiasSplitGelu,
     SkipLayerNormalization, SkipSimplifiedLayerNormalization,
     SimplifiedLayerNormalization, LayerNormalization < opset 17  -> see _unfuse_transformer
-    EmbedLayerNormalization, Attention (BERT's, no past state)   -> see _unfuse_attention
+    EmbedLayerNormalization, Attention (BERT's), MultiHeadAttention
+    (unpacked), without past state                               -> see _unfuse_attention
     Erfc(x), TensorFlow's, left in the ONNX domain by tf2onnx    -> Sub(1, Erf(x))
 
-MultiHeadAttention, GroupQueryAttention, RotaryEmbedding, Attention with past/present
-state, and the quantized contrib ops are not rewritten (each is listed in a note).
+GroupQueryAttention, RotaryEmbedding, attention with past/present state, and the
+quantized contrib ops are not rewritten (each is listed in a note).
 
 The last new node writes the fused node's output tensor, so output names and
 dtypes are kept. Only standard-domain nodes are emitted; the model keeps its
@@ -79,8 +80,9 @@ class UnfuseContrib(Pass):
     Selu, ThresholdedRelu; the transformer optimizer's fusions (`com.microsoft::Gelu`,
     BiasGelu, FastGelu, GemmFastGelu, QuickGelu, BiasAdd, BiasSplitGelu,
     SkipLayerNormalization, SkipSimplifiedLayerNormalization, EmbedLayerNormalization,
-    Attention without past state, and the ONNX-domain SimplifiedLayerNormalization and
-    pre-17 LayerNormalization, their optional statistics and sum outputs kept); the whole
+    Attention and MultiHeadAttention without past state, and the ONNX-domain
+    SimplifiedLayerNormalization and pre-17 LayerNormalization, and TensorFlow's Erfc left
+    by tf2onnx, their optional statistics and sum outputs kept); the whole
     `com.microsoft.nchwc` region of a graph (Conv with fused activation and Sum, MaxPool,
     AveragePool, GlobalMaxPool, GlobalAveragePool, Upsample, ReorderInput/ReorderOutput,
     channels-last, padded channels, block view Reshapes), NCHWc weights reordered back to
