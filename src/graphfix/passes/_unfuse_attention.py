@@ -74,6 +74,23 @@ def _range(em: Emitter, base: str, length: gs.Tensor) -> gs.Tensor:
                                                _i64(em, f"{base}_one", 1)], dtype=np.int64)
 
 
+def _take(node: gs.Node) -> tuple[gs.Tensor, str]:
+    """Disconnect `node` (cleanup removes it): its output 0, and a base for new names."""
+    out = node.outputs[0]
+    base = node.name or out.name
+    node.inputs.clear()
+    node.outputs.clear()
+    return out, base
+
+
+def _options(node: gs.Node, head_size: int) -> tuple[float, float, bool]:
+    """An attention node's scale (1/sqrt(head size) when absent or 0), mask_filter_value
+    and unidirectional."""
+    scale = float(node.attrs.get("scale", 0.0)) or 1.0 / math.sqrt(head_size)
+    fill = float(node.attrs.get("mask_filter_value", MASK_FILTER_VALUE))
+    return scale, fill, bool(int(node.attrs.get("unidirectional", 0)))
+
+
 # ----------------------------------------------------------------------------- embedding
 
 
@@ -96,9 +113,7 @@ def embed_layer_norm(node: gs.Node, em: Emitter) -> str | None:
     if dtype is None:
         return NO_DTYPE
     epsilon = float(node.attrs.get("epsilon", EMBED_EPSILON))
-    base = node.name or out.name
-    node.inputs.clear()
-    node.outputs.clear()
+    out, base = _take(node)
     total = em.node("Gather", f"{base}_word", [word, ids], dtype=dtype)
     if position_ids is None:
         position_ids = _range(em, f"{base}_positions", _dim(em, f"{base}_seq", ids, 1))
@@ -217,14 +232,8 @@ def attention(node: gs.Node, em: Emitter) -> str | None:
     bias, mask = _present(node, 2), _present(node, 3)
     heads = int(node.attrs["num_heads"])
     hq, hk, hv = sizes
-    scale = float(node.attrs.get("scale", 0.0)) or 1.0 / math.sqrt(hq // heads)
-    fill = float(node.attrs.get("mask_filter_value", MASK_FILTER_VALUE))
-    causal = bool(int(node.attrs.get("unidirectional", 0)))
-    out = node.outputs[0]
-    base = node.name or out.name
-    node.inputs.clear()
-    node.outputs.clear()
-
+    scale, fill, causal = _options(node, hq // heads)
+    out, base = _take(node)
     qkv = em.node("MatMul", f"{base}_qkv", [x, weights], dtype=dtype)
     if bias is not None:
         qkv = em.node("Add", f"{base}_qkv_bias", [qkv, bias], dtype=dtype)
@@ -323,13 +332,8 @@ def multi_head_attention(node: gs.Node, em: Emitter) -> str | None:
     if proj is not None and (projections is None or projections.size != sum(widths)):
         return "its bias is not a constant of the three hidden sizes"
     mask, attention_bias = _present(node, 4), _present(node, 5)
-    scale = float(node.attrs.get("scale", 0.0)) or 1.0 / math.sqrt(widths[0] // heads)
-    fill = float(node.attrs.get("mask_filter_value", MASK_FILTER_VALUE))
-    causal = bool(int(node.attrs.get("unidirectional", 0)))
-    out = node.outputs[0]
-    base = node.name or out.name
-    node.inputs.clear()
-    node.outputs.clear()
+    scale, fill, causal = _options(node, widths[0] // heads)
+    out, base = _take(node)
     qkv = [query, key, value]
     if projections is not None:
         starts = np.cumsum([0, *widths])
