@@ -329,3 +329,31 @@ def test_test_only_op_registered_as_decomposition(square_registered):
                (("", 17), (TEST_DOMAIN, 2)), model.graph.initializer)
     assert substitute(two).not_checkable == [
         "Square (test.graphfix) version 2: references exist for versions 1"]
+
+
+def test_a_lookup_while_another_thread_loads_the_providers_waits_for_them(
+        tmp_path, monkeypatch):
+    """`graphfix run` looks references up from the original's thread and the passes' at
+    once; a lookup that came while the other thread was importing the providers saw none
+    of their forms (a ModelOpt FP8 export: "not checkable")."""
+    import sys
+    import threading
+    import time
+
+    (tmp_path / "slow_provider.py").write_text(
+        "import time\n"
+        "from graphfix.runtime.references import Kernel, Registration\n"
+        "time.sleep(0.3)\n"
+        "REFERENCES = (Registration('slow', 'Op', Kernel(lambda i, a: i)),)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "slow_provider", raising=False)
+    monkeypatch.setattr(references, "_PROVIDERS", ("slow_provider",))
+    monkeypatch.setattr(references, "_DEFAULT", references.References())
+    monkeypatch.setattr(references, "_providers_loaded", False)
+    first = threading.Thread(target=references._default)
+    first.start()
+    time.sleep(0.1)  # the first thread is inside the slow import now
+    found = references._default().find("slow", "Op", "1")
+    first.join()
+    assert found is not None
+

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -260,16 +261,22 @@ _PROVIDERS: tuple[str, ...] = ("graphfix.nms.efficient", "graphfix.nms.ssd",
                                "graphfix.plugins.native", "graphfix.plugins.deform")
 _DEFAULT = References(_BUILTIN)
 _providers_loaded = False
+_LOADING = threading.RLock()
 
 
 def _default() -> References:
-    """The default registry: `_BUILTIN`, then every provider's `REFERENCES`, merged once."""
+    """The default registry: `_BUILTIN`, then every provider's `REFERENCES`, merged once.
+    Under a lock, and marked loaded only once all are in: `graphfix run` looks references
+    up from the original's thread and from the passes' at once, and a lookup that found
+    the flag set while the other thread was still importing saw no provider's forms (a
+    ModelOpt FP8 export came out "not checkable" with fold-constants as its only pass)."""
     global _providers_loaded
-    if not _providers_loaded:
-        _providers_loaded = True
-        for module in _PROVIDERS:
-            for entry in importlib.import_module(module).REFERENCES:
-                _DEFAULT.add(entry)
+    with _LOADING:
+        if not _providers_loaded:
+            for module in _PROVIDERS:
+                for entry in importlib.import_module(module).REFERENCES:
+                    _DEFAULT.add(entry)
+            _providers_loaded = True
     return _DEFAULT
 
 
