@@ -357,3 +357,28 @@ def test_a_lookup_while_another_thread_loads_the_providers_waits_for_them(
     first.join()
     assert found is not None
 
+
+def _fp8_model(scale: float) -> onnx.ModelProto:
+    """x -> trt::TRT_FP8QuantizeLinear -> trt::TRT_FP8DequantizeLinear -> Relu, as torch
+    exports NVIDIA ModelOpt's FP8 quantizers (the quantized tensor declared UINT8)."""
+    s = numpy_helper.from_array(np.array(scale, np.float32), "s")
+    nodes = [helper.make_node("TRT_FP8QuantizeLinear", ["x", "s"], ["q"], domain="trt"),
+             helper.make_node("TRT_FP8DequantizeLinear", ["q", "s"], ["d"], domain="trt"),
+             helper.make_node("Relu", ["d"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "fp8", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6])], [s],
+        value_info=[helper.make_tensor_value_info("q", TensorProto.UINT8, [6])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("trt", 1)])
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5])
+def test_trt_fp8_quantize_dequantize_round_to_float8_and_saturate(scale):
+    from graphfix.runtime.outputs import run_checkable
+
+    x = np.array([0.1, 1.0, 1000.0, 3.3, 0.3, -2.0], np.float32) * scale
+    got = run_checkable(_fp8_model(scale), {"x": x})["y"]
+    # float8 e4m3fn: 0.1 -> 0.1015625, 3.3 -> 3.25, 0.3 -> 0.3125; 1000 saturates at 448
+    want = np.array([0.1015625, 1.0, 448.0, 3.25, 0.3125, 0.0], np.float32) * scale
+    np.testing.assert_array_equal(got, want)

@@ -258,7 +258,8 @@ _BUILTIN: tuple[Registration, ...] = (  # TensorRT plugins' forms: graphfix.plug
 # Packages above runtime/ that hold reference forms, each exposing `REFERENCES: tuple[
 # Registration, ...]`; imported by name on the first lookup (runtime/ imports none of them).
 _PROVIDERS: tuple[str, ...] = ("graphfix.nms.efficient", "graphfix.nms.ssd",
-                               "graphfix.plugins.native", "graphfix.plugins.deform")
+                               "graphfix.plugins.native", "graphfix.plugins.deform",
+                               "graphfix.plugins.trt_qdq")
 _DEFAULT = References(_BUILTIN)
 _providers_loaded = False
 _LOADING = threading.RLock()
