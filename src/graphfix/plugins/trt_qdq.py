@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from graphfix.runtime.references import Kernel, Registration
@@ -39,14 +38,22 @@ def _scale(scale: Any, x: np.ndarray, attributes: dict[str, Any]) -> np.ndarray:
     return s.reshape(shape)
 
 
+def _fp8() -> Any:
+    """float8_e4m3fn, imported when a kernel runs: the registry imports this module for
+    every lookup, which must not depend on ml_dtypes being there."""
+    import ml_dtypes
+
+    return ml_dtypes.float8_e4m3fn
+
+
 def _quantize(inputs: list[Any], attributes: dict[str, Any]) -> list[np.ndarray]:
     x = np.asarray(inputs[0], dtype=np.float32)
     scaled = np.clip(x / _scale(inputs[1], x, attributes), -FP8_MAX, FP8_MAX)
-    return [scaled.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)]
+    return [scaled.astype(_fp8()).view(np.uint8)]
 
 
 def _dequantize(inputs: list[Any], attributes: dict[str, Any]) -> list[np.ndarray]:
-    q = np.asarray(inputs[0], dtype=np.uint8).view(ml_dtypes.float8_e4m3fn)
+    q = np.asarray(inputs[0], dtype=np.uint8).view(_fp8())
     values = q.astype(np.float32)
     kind = np.asarray(inputs[1]).dtype  # the output takes the scale's float type
     out = values * _scale(inputs[1], values, attributes)
