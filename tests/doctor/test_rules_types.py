@@ -4,6 +4,7 @@ converter leaves when it misses tensors: onnxruntime refuses such models)."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from doctorhelpers import findings, model, one, vi
@@ -53,7 +54,8 @@ def test_variadic_inputs_are_compared_with_each_other():
     assert one(m, "10", "type-mismatch").nodes == ("Concat 'cat'",)
 
 
-@pytest.mark.parametrize("case", ["float16 throughout", "casts", "if outputs"])
+@pytest.mark.parametrize("case", ["float16 throughout", "casts", "if outputs",
+                                  "sibling branches"])
 def test_valid_models_have_no_finding(case):
     if case == "float16 throughout":
         w = numpy_helper.from_array(np.ones((4, 4), np.float16), "w")
@@ -63,6 +65,16 @@ def test_valid_models_have_no_finding(case):
         m = model([helper.make_node("Cast", ["x"], ["c"], to=H),
                    helper.make_node("Cast", ["c"], ["y"], to=F)],
                   [vi("x", F, [3])], [vi("y", F, [3])])
+    elif case == "sibling branches":  # optimum's merged decoder: one name, two types
+        def branch(name: str, to: int) -> onnx.GraphProto:
+            return helper.make_graph(
+                [helper.make_node("Cast", ["x"], ["c"], to=to),
+                 helper.make_node("Cast", ["c"], [f"{name}_out"], to=F)],
+                name, [], [vi(f"{name}_out", F, [3])],
+                value_info=[vi("c", to, [3])])
+        m = model([helper.make_node("If", ["cond"], ["y"], then_branch=branch("a", F),
+                                    else_branch=branch("b", TP.INT64))],
+                  [vi("cond", TP.BOOL, []), vi("x", F, [3])], [vi("y", F, [3])])
     else:  # If's outputs are a heterogeneous variadic: each may have its own type
         then = helper.make_graph([helper.make_node("Constant", [], ["t1"], value_float=1.0),
                                   helper.make_node("Constant", [], ["t2"], value_int=1)],

@@ -21,6 +21,7 @@ import onnx.defs
 
 from graphfix.doctor.findings import WARN, Finding
 from graphfix.doctor.view import ModelView, NodeRef
+from graphfix.graph.protos import proto_label
 from graphfix.trt import TrtTarget
 
 IDS = ("type-mismatch",)
@@ -29,10 +30,11 @@ TO_ATTRIBUTE = "to"  # where a Cast's output type comes from, beside its tensors
 
 def type_mismatch(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
     """One finding per node whose inputs and outputs give a type variable two types."""
+    shared = _defined_in_several_graphs(view)
     for ref in view.nodes:
         if not ref.standard:
             continue
-        bindings = _bindings(view, ref)
+        bindings = _bindings(view, ref, shared)
         clashes = {param: types for param, types in bindings.items() if len(types) > 1}
         if not clashes:
             continue
@@ -56,7 +58,37 @@ def type_mismatch(view: ModelView, target: TrtTarget) -> Iterator[Finding]:
         )
 
 
-def _bindings(view: ModelView, ref: NodeRef) -> dict[str, dict[int, list[str]]]:
+def _defined_in_several_graphs(view: ModelView) -> set[str]:
+    """Names that more than one graph defines (as a node output, graph input or
+    initializer): the view keeps one type per name, which is then not this node's own
+    (optimum's merged decoders name tensors alike in both If branches, one float, the
+    other int64). Their types are not compared."""
+    owners: dict[str, set[tuple[str, ...]]] = {}
+    for ref in view.nodes:
+        for name in ref.node.output:
+            if name:
+                owners.setdefault(name, set()).add(ref.path)
+    for g, path in _graphs_with_paths(view.model.graph):
+        for name in [*(t.name for t in g.initializer), *(i.name for i in g.input)]:
+            owners.setdefault(name, set()).add(path)
+    return {name for name, paths in owners.items() if len(paths) > 1}
+
+
+def _graphs_with_paths(graph: onnx.GraphProto, path: tuple[str, ...] = ()):
+    """Every graph with the path `NodeRef.path` gives its nodes (`walk_protos`' labels)."""
+    yield graph, path
+    for node in graph.node:
+        for attr in node.attribute:
+            inner = f"{proto_label(node)}.{attr.name}"
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs_with_paths(attr.g, (*path, inner))
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for k, body in enumerate(attr.graphs):
+                    yield from _graphs_with_paths(body, (*path, f"{inner}[{k}]"))
+
+
+def _bindings(view: ModelView, ref: NodeRef, shared: set[str] = frozenset()
+              ) -> dict[str, dict[int, list[str]]]:
     """type variable -> element type -> the tensors that give it (known types only), and
     a Cast's `to` for its output's variable."""
     schema = _schema(ref.op, view.opset)
@@ -67,7 +99,7 @@ def _bindings(view: ModelView, ref: NodeRef) -> dict[str, dict[int, list[str]]]:
     for formals, names in ((schema.inputs, ref.node.input), (schema.outputs, ref.node.output)):
         for i, name in enumerate(names):
             formal = _formal(formals, i)
-            if formal is None or formal.type_str not in variables or not name:
+            if formal is None or formal.type_str not in variables or not name or name in shared:
                 continue
             if (formal.option == onnx.defs.OpSchema.FormalParameterOption.Variadic
                     and not formal.is_homogeneous):
@@ -75,7 +107,8 @@ def _bindings(view: ModelView, ref: NodeRef) -> dict[str, dict[int, list[str]]]:
             elem = view.elem_type(name)
             if elem:
                 found.setdefault(formal.type_str, {}).setdefault(elem, []).append(name)
-    if ref.op == "Cast" and ref.has_attr("to") and ref.node.output:  # `to` types the output
+    if (ref.op == "Cast" and ref.has_attr("to") and ref.node.output
+            and ref.node.output[0] not in shared):  # `to` types the output
         found.setdefault(schema.outputs[0].type_str, {}).setdefault(
             int(ref.attr("to")), []).insert(0, TO_ATTRIBUTE)
     return found
