@@ -21,7 +21,7 @@ import onnx.defs
 
 from graphfix.doctor.findings import WARN, Finding
 from graphfix.doctor.view import ModelView, NodeRef
-from graphfix.graph.protos import proto_label
+from graphfix.graph.protos import graph_protos
 from graphfix.trt import TrtTarget
 
 IDS = ("type-mismatch",)
@@ -63,28 +63,13 @@ def _defined_in_several_graphs(view: ModelView) -> set[str]:
     initializer): the view keeps one type per name, which is then not this node's own
     (optimum's merged decoders name tensors alike in both If branches, one float, the
     other int64). Their types are not compared."""
-    owners: dict[str, set[tuple[str, ...]]] = {}
-    for ref in view.nodes:
-        for name in ref.node.output:
-            if name:
-                owners.setdefault(name, set()).add(ref.path)
-    for g, path in _graphs_with_paths(view.model.graph):
-        for name in [*(t.name for t in g.initializer), *(i.name for i in g.input)]:
-            owners.setdefault(name, set()).add(path)
-    return {name for name, paths in owners.items() if len(paths) > 1}
-
-
-def _graphs_with_paths(graph: onnx.GraphProto, path: tuple[str, ...] = ()):
-    """Every graph with the path `NodeRef.path` gives its nodes (`walk_protos`' labels)."""
-    yield graph, path
-    for node in graph.node:
-        for attr in node.attribute:
-            inner = f"{proto_label(node)}.{attr.name}"
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs_with_paths(attr.g, (*path, inner))
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for k, body in enumerate(attr.graphs):
-                    yield from _graphs_with_paths(body, (*path, f"{inner}[{k}]"))
+    owners: dict[str, set[int]] = {}
+    # graphs by their place in the walk, not id(): protobuf's wrappers are transient
+    for k, g in enumerate(graph_protos(view.model.graph)):
+        outputs = (name for node in g.node for name in node.output if name)
+        for name in [*outputs, *(t.name for t in g.initializer), *(i.name for i in g.input)]:
+            owners.setdefault(name, set()).add(k)
+    return {name for name, graphs in owners.items() if len(graphs) > 1}
 
 
 def _bindings(view: ModelView, ref: NodeRef, shared: set[str] = frozenset()
