@@ -5,14 +5,13 @@ alone, never from a declared (possibly stale) type of a node's output."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
-import onnx
 import onnx_graphsurgeon as gs
-from onnx import TensorProto, helper
+from onnx import helper
 
+from graphfix.graph.protos import TYPE_NAMES, type_source
 from graphfix.graph.walk import BODY_OPS, is_onnx
 
 
@@ -66,7 +65,6 @@ def known_dtype(tensor: gs.Tensor) -> np.dtype | None:
 
 MAX_WALK = 1000
 """Producers `computed_dtype` follows back before it gives up (None)."""
-_TYPE_NAMES = {name.lower(): value for name, value in TensorProto.DataType.items()}
 
 
 def computed_dtype(tensor: gs.Tensor) -> np.dtype | None:
@@ -91,45 +89,14 @@ def computed_dtype(tensor: gs.Tensor) -> np.dtype | None:
         if producer.op == "Constant":
             value = producer.attrs.get("value")
             return _own_dtype(value) if isinstance(value, gs.Constant) else None
-        source = _type_source(producer.op, producer.outputs.index(tensor))
+        source = type_source(producer.op, producer.outputs.index(tensor))
         if isinstance(source, str):
-            return _np_dtype(_TYPE_NAMES.get(source))
+            return _np_dtype(TYPE_NAMES.get(source))
         if source is None or source >= len(producer.inputs) or producer.inputs[source].is_empty():
             return None
         tensor = producer.inputs[source]
     return None
 
-
-@functools.cache
-def _type_source(op: str, index: int) -> int | str | None:
-    """Where output `index` of the standard op `op` gets its element type: the index of
-    the input sharing its type variable, the type name its schema fixes ('int64'), or
-    None (a type variable no input has, or no schema)."""
-    try:
-        schema = onnx.defs.get_schema(op)
-    except onnx.defs.SchemaError:
-        return None
-    outputs = list(schema.outputs)
-    if not outputs:
-        return None
-    formal = outputs[min(index, len(outputs) - 1)]
-    if index >= len(outputs) and formal.option != formal.option.Variadic:
-        return None
-    allowed = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
-    if formal.type_str not in allowed:  # a fixed type: "tensor(int64)"
-        return _tensor_type_name(formal.type_str)
-    for i, param in enumerate(schema.inputs):
-        if param.type_str == formal.type_str:
-            return i
-    only = allowed[formal.type_str]
-    return _tensor_type_name(only[0]) if len(only) == 1 else None
-
-
-def _tensor_type_name(type_str: str) -> str | None:
-    """'int64' for 'tensor(int64)'; None for sequences, maps and optionals."""
-    if type_str.startswith("tensor(") and type_str.endswith(")"):
-        return type_str[len("tensor("):-1]
-    return None
 
 
 def _own_dtype(tensor: gs.Tensor) -> np.dtype | None:

@@ -7,6 +7,7 @@ whose subgraphs hold it, `If 'cond'.then_branch > Relu 'r'`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import onnx
@@ -82,3 +83,40 @@ def walk_protos(
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for k, sub in enumerate(attr.graphs):
                     yield from walk_protos(sub, (*path, f"{inner}[{k}]"))
+
+
+TYPE_NAMES = {name.lower(): value for name, value in onnx.TensorProto.DataType.items()}
+"""ONNX element type by its lower-case name, as `type_source` gives fixed types."""
+
+
+@functools.cache
+def type_source(op: str, index: int) -> int | str | None:
+    """Where output `index` of the standard op `op` gets its element type: the index of
+    the input sharing its type variable, the type name its schema fixes ('int64'; its
+    element type is `TYPE_NAMES`[name]), or None (a type variable no input has, or no
+    schema)."""
+    try:
+        schema = onnx.defs.get_schema(op)
+    except onnx.defs.SchemaError:
+        return None
+    outputs = list(schema.outputs)
+    if not outputs:
+        return None
+    formal = outputs[min(index, len(outputs) - 1)]
+    if index >= len(outputs) and formal.option != formal.option.Variadic:
+        return None
+    allowed = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
+    if formal.type_str not in allowed:  # a fixed type: "tensor(int64)"
+        return _tensor_type_name(formal.type_str)
+    for i, param in enumerate(schema.inputs):
+        if param.type_str == formal.type_str:
+            return i
+    only = allowed[formal.type_str]
+    return _tensor_type_name(only[0]) if len(only) == 1 else None
+
+
+def _tensor_type_name(type_str: str) -> str | None:
+    """'int64' for 'tensor(int64)'; None for sequences, maps and optionals."""
+    if type_str.startswith("tensor(") and type_str.endswith(")"):
+        return type_str[len("tensor("):-1]
+    return None

@@ -22,6 +22,8 @@ from collections.abc import Mapping
 import onnx
 from onnx import TensorProto
 
+from graphfix.graph.protos import TYPE_NAMES, type_source
+
 NARROW = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
 WIDE = {TensorProto.FLOAT, TensorProto.DOUBLE}
 MOVING = {"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice",
@@ -67,8 +69,9 @@ def _cast_behind(name: str, producers: Mapping[str, onnx.NodeProto]) -> onnx.Nod
 def _source_type(name: str, producers: Mapping[str, onnx.NodeProto],
                  declared: Mapping[str, int]) -> int:
     """The element type of tensor `name` as the nodes computing it fix it: a Cast's `to`,
-    an initializer's, Constant's or graph input's type; through an op whose output has one
-    of its inputs' type (`_typed_by`). 0 when it cannot be told."""
+    an initializer's, Constant's or graph input's type, one the op's schema fixes; through
+    an op whose output has one of its inputs' type (`type_source`; a non-ONNX op is taken
+    to keep input 0's, as onnxruntime's fused ops do). 0 when it cannot be told."""
     for _ in range(MAX_STEPS):
         if name in declared:
             return declared[name]
@@ -79,31 +82,16 @@ def _source_type(name: str, producers: Mapping[str, onnx.NodeProto],
             return 0
         if node.op_type == "Cast":
             return next((a.i for a in node.attribute if a.name == "to"), 0)
-        i = _typed_by(node)
-        if i is None or i >= len(node.input) or not node.input[i]:
+        if node.domain not in ("", "ai.onnx"):  # onnxruntime's fused ops keep input 0's
+            source: int | str | None = 0
+        else:
+            source = type_source(node.op_type, list(node.output).index(name))
+        if isinstance(source, str):  # a type the schema fixes
+            return TYPE_NAMES.get(source, 0)
+        if source is None or source >= len(node.input) or not node.input[source]:
             return 0
-        name = node.input[i]
+        name = node.input[source]
     return 0
-
-
-def _typed_by(node: onnx.NodeProto) -> int | None:
-    """The input whose type `node`'s output 0 has: by its ONNX schema, the first input
-    with the output's type variable (Where: input 1); a non-ONNX op (onnxruntime's fused
-    ops) is taken to keep input 0's, as theirs do. None when no input gives it."""
-    if node.domain not in ("", "ai.onnx"):
-        return 0
-    try:
-        schema = onnx.defs.get_schema(node.op_type, domain="")
-    except onnx.defs.SchemaError:
-        return None
-    if not schema.outputs:
-        return None
-    variables = {c.type_param_str for c in schema.type_constraints}
-    wanted = schema.outputs[0].type_str
-    if wanted not in variables:
-        return None
-    return next((i for i, formal in enumerate(schema.inputs) if formal.type_str == wanted),
-                None)
 
 
 def _constant_type(node: onnx.NodeProto) -> int:
