@@ -72,16 +72,6 @@ def _onnx_type(dtype: np.dtype) -> int:
     return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
 
 
-def _mean(em: Emitter, x: gs.Tensor, axes: list[int], base: str, dtype,
-          output: gs.Tensor | None = None) -> gs.Tensor:
-    """ReduceMean over `axes`, dims kept (axes an input from opset 18, an attribute before)."""
-    if em.opset >= 18:
-        return em.node("ReduceMean", f"{base}_mean", [x, em.const(f"{base}_axes",
-                       np.array(axes, np.int64))], {"keepdims": 1}, output=output, dtype=dtype)
-    return em.node("ReduceMean", f"{base}_mean", [x], {"axes": list(axes), "keepdims": 1},
-                   output=output, dtype=dtype)
-
-
 def _norm_axes(axis: int, x: gs.Tensor) -> list[int] | str:
     """The axes a norm with attribute `axis` reduces, all negative (so no rank is needed
     when `axis` is negative); a reason when `axis` is not negative and the rank is unknown."""
@@ -143,17 +133,16 @@ def _emit_reduced_norm(em: Emitter, base: str, x: gs.Tensor, scale: gs.Tensor,
                        out: gs.Tensor, compute, mean_out: gs.Tensor | None,
                        inv_out: gs.Tensor | None) -> None:
     """The norm written out: (x - mean) / sqrt(mean((x - mean)^2) + epsilon) * scale + bias
-    (x / sqrt(mean(x^2) + epsilon) * scale for an RMS norm), all in `compute`."""
-    if rms:
-        centred = x
-    else:
-        mean = _mean(em, x, axes, base, compute, output=mean_out)
-        centred = em.node("Sub", f"{base}_sub", [x, mean], dtype=compute)
-    square = em.node("Mul", f"{base}_square", [centred, centred], dtype=compute)
-    variance = _mean(em, square, axes, f"{base}_var", compute)
-    shifted = em.node("Add", f"{base}_eps", [variance, em.const(
-        f"{base}_epsilon", np.array(epsilon, compute))], dtype=compute)
-    std = em.node("Sqrt", f"{base}_sqrt", [shifted], dtype=compute)
+    (x / sqrt(mean(x^2) + epsilon) * scale for an RMS norm), all in `compute`; the
+    deviation and its root mean square as lower-unsupported's layer norm writes them."""
+    # imported here: the default pipeline runs unfuse-contrib, and the lowerings (einsum
+    # planner included) are not otherwise loaded by a run without --trt
+    from graphfix.plugins.lowering import Builder, Env, deviation_and_std
+
+    b = Builder(Env(em.graph, em.opset, np.dtype(compute)), em.names, base)
+    centred, std = deviation_and_std(b, x, axes, epsilon, np.dtype(compute), mean_out,
+                                     centred=not rms)
+    em.graph.nodes.extend(b.nodes)
     if inv_out is not None:
         em.node("Reciprocal", f"{base}_inv", [std], output=inv_out, dtype=compute)
     y = em.node("Div", f"{base}_div", [centred, std], dtype=compute)

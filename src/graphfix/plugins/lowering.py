@@ -250,16 +250,25 @@ def _softplus(node: gs.Node, env: Env) -> Emit | str:
 # ----------------------------------------------------------------------------- normalizations
 
 
+def deviation_and_std(b: Builder, x: gs.Tensor, axes: list[int], eps: float, dt: np.dtype,
+                      mean_out: gs.Tensor | None = None, centred: bool = True
+                      ) -> tuple[gs.Tensor, gs.Tensor]:
+    """(d, sqrt(mean(d * d) + eps)) over `axes`: d = x - mean (Mean into `mean_out`
+    when given), or x itself when not `centred` (an RMS norm)."""
+    d = x
+    if centred:
+        d = b.node("Sub", [x, b.reduce_mean(x, axes, out=mean_out, dtype=dt)], dtype=dt)
+    var = b.reduce_mean(b.node("Mul", [d, d], dtype=dt), axes, dtype=dt)
+    epsilon = b.const("epsilon", np.asarray(np.float32(eps)).astype(dt))
+    return d, b.node("Sqrt", [b.node("Add", [var, epsilon], dtype=dt)], dtype=dt)
+
+
 def _standardize(b: Builder, x: gs.Tensor, axes: list[int], eps: float, dt: np.dtype,
                  mean_out: gs.Tensor | None = None,
                  inv_out: gs.Tensor | None = None) -> gs.Tensor:
     """(x - mean) / sqrt(var + eps) over `axes`, var the mean of squared deviations;
     writes Mean and InvStdDev into `mean_out` and `inv_out` when they are given."""
-    mean = b.reduce_mean(x, axes, out=mean_out, dtype=dt)
-    d = b.node("Sub", [x, mean], dtype=dt)
-    var = b.reduce_mean(b.node("Mul", [d, d], dtype=dt), axes, dtype=dt)
-    epsilon = b.const("epsilon", np.asarray(np.float32(eps)).astype(dt))
-    std = b.node("Sqrt", [b.node("Add", [var, epsilon], dtype=dt)], dtype=dt)
+    d, std = deviation_and_std(b, x, axes, eps, dt, mean_out)
     if inv_out is None:
         return b.node("Div", [d, std], dtype=dt)
     inv = b.node("Div", [b.const("one", np.ones((), dt)), std], out=inv_out)
