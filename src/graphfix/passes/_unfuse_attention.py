@@ -43,18 +43,17 @@ from onnx import TensorProto, helper
 from graphfix.graph import constant_value
 from graphfix.graph.dtypes import float_dtype
 from graphfix.passes._unfuse_emit import Emitter
-from graphfix.passes._unfuse_transformer import NO_DTYPE, emit_norm
+from graphfix.passes._unfuse_transformer import (
+    NO_DTYPE,
+    detach,
+    emit_norm,
+    present_input,
+    present_output,
+)
 
 MASK_FILTER_VALUE = -10000.0  # onnxruntime's default mask_filter_value
 EMBED_EPSILON = 1e-12  # onnxruntime's kDefaultEmbedLayerNormEpsilon
 MIN_OPSET = 13  # axes and split sizes as inputs
-
-
-def _present(node: gs.Node, i: int, outputs: bool = False) -> gs.Tensor | None:
-    tensors = node.outputs if outputs else node.inputs
-    if i < len(tensors) and not tensors[i].is_empty():
-        return tensors[i]
-    return None
 
 
 def _i64(em: Emitter, base: str, values) -> gs.Constant:
@@ -74,15 +73,6 @@ def _range(em: Emitter, base: str, length: gs.Tensor) -> gs.Tensor:
                                                _i64(em, f"{base}_one", 1)], dtype=np.int64)
 
 
-def _take(node: gs.Node) -> tuple[gs.Tensor, str]:
-    """Disconnect `node` (cleanup removes it): its output 0, and a base for new names."""
-    out = node.outputs[0]
-    base = node.name or out.name
-    node.inputs.clear()
-    node.outputs.clear()
-    return out, base
-
-
 def _options(node: gs.Node, head_size: int) -> tuple[float, float, bool]:
     """An attention node's scale (1/sqrt(head size) when absent or 0), mask_filter_value
     and unidirectional."""
@@ -98,12 +88,12 @@ def embed_layer_norm(node: gs.Node, em: Emitter) -> str | None:
     if em.opset < MIN_OPSET:
         return f"its rewrite needs opset {MIN_OPSET} or later, not {em.opset}"
     ids, segments, word, position, segment, gamma, beta, mask, position_ids = (
-        _present(node, i) for i in range(9))
+        present_input(node, i) for i in range(9))
     if ids is None or word is None or position is None or gamma is None or beta is None:
         return "it lacks one of input_ids, the word and position embeddings, gamma and beta"
     if (segments is None) != (segment is None):
         return "it has segment ids without a segment embedding, or the other way round"
-    out, mask_out, sum_out = (_present(node, i, outputs=True) for i in range(3))
+    out, mask_out, sum_out = (present_output(node, i) for i in range(3))
     if out is None:
         return "its output is not used"
     if mask_out is not None and mask is None and (mask_out.outputs
@@ -113,7 +103,8 @@ def embed_layer_norm(node: gs.Node, em: Emitter) -> str | None:
     if dtype is None:
         return NO_DTYPE
     epsilon = float(node.attrs.get("epsilon", EMBED_EPSILON))
-    out, base = _take(node)
+    out = node.outputs[0]
+    base = detach(node)
     total = em.node("Gather", f"{base}_word", [word, ids], dtype=dtype)
     if position_ids is None:
         position_ids = _range(em, f"{base}_positions", _dim(em, f"{base}_seq", ids, 1))
@@ -157,15 +148,15 @@ def _attention_refusal(node: gs.Node, em: Emitter) -> str | None:
         return f"its rewrite needs opset {MIN_OPSET} or later, not {em.opset}"
     names = {4: "past", 5: "attention_bias", 6: "past_sequence_length"}
     for i, name in names.items():
-        if _present(node, i) is not None:
+        if present_input(node, i) is not None:
             return f"it has a {name} input, which this rewrite does not handle"
-    if _present(node, 1, outputs=True) is not None:
+    if present_output(node, 1) is not None:
         return "it writes a present state, which this rewrite does not handle"
     if int(node.attrs.get("do_rotary", 0)):
         return "it applies a rotary embedding, which this rewrite does not handle"
-    if _present(node, 0) is None or _present(node, 1) is None:
+    if present_input(node, 0) is None or present_input(node, 1) is None:
         return "it lacks its input or weights"
-    mask = _present(node, 3)
+    mask = present_input(node, 3)
     if mask is not None:
         rank = _mask_rank(mask)
         if rank not in (1, 2):
@@ -229,11 +220,12 @@ def attention(node: gs.Node, em: Emitter) -> str | None:
     dtype = float_dtype(x) or float_dtype(weights)
     if dtype is None:
         return NO_DTYPE
-    bias, mask = _present(node, 2), _present(node, 3)
+    bias, mask = present_input(node, 2), present_input(node, 3)
     heads = int(node.attrs["num_heads"])
     hq, hk, hv = sizes
     scale, fill, causal = _options(node, hq // heads)
-    out, base = _take(node)
+    out = node.outputs[0]
+    base = detach(node)
     qkv = em.node("MatMul", f"{base}_qkv", [x, weights], dtype=dtype)
     if bias is not None:
         qkv = em.node("Add", f"{base}_qkv_bias", [qkv, bias], dtype=dtype)
@@ -287,11 +279,11 @@ def _mha_refusal(node: gs.Node, em: Emitter) -> str | None:
     names = {6: "past_key", 7: "past_value", 8: "past_sequence_length",
              9: "cache_indirection"}
     for i, name in names.items():
-        if _present(node, i) is not None:
+        if present_input(node, i) is not None:
             return f"it has a {name} input, which this rewrite does not handle"
-    if any(_present(node, i, outputs=True) is not None for i in (1, 2, 3)):
+    if any(present_output(node, i) is not None for i in (1, 2, 3)):
         return "it writes present state or its qk, which this rewrite does not handle"
-    query, key, value = (_present(node, i) for i in range(3))
+    query, key, value = (present_input(node, i) for i in range(3))
     if query is None or key is None or value is None:
         return "its query, key or value is packed or absent"
     if any(t.shape is None or len(t.shape) != 3 for t in (query, key, value)):
@@ -300,12 +292,12 @@ def _mha_refusal(node: gs.Node, em: Emitter) -> str | None:
         return "it has no num_heads"
     if int(node.attrs.get("unidirectional", 0)) and key is not query:
         return "it is causal over a key that is not the query"
-    mask = _present(node, 4)
+    mask = present_input(node, 4)
     if mask is not None:
         rank = _mask_rank(mask)
         if rank not in (1, 2) or (rank == 1 and not _lengths_mask(mask, query)):
             return "its key_padding_mask is not one length per batch row or a [batch, keys] mask"
-    bias = _present(node, 5)
+    bias = present_input(node, 5)
     if bias is not None and (bias.shape is None or len(bias.shape) != 4):
         return "its attention_bias is not 4-D"
     return None
@@ -327,13 +319,14 @@ def multi_head_attention(node: gs.Node, em: Emitter) -> str | None:
     dtype = float_dtype(query)
     if dtype is None:
         return NO_DTYPE
-    proj = _present(node, 3)
+    proj = present_input(node, 3)
     projections = constant_value(proj) if proj is not None else None
     if proj is not None and (projections is None or projections.size != sum(widths)):
         return "its bias is not a constant of the three hidden sizes"
-    mask, attention_bias = _present(node, 4), _present(node, 5)
+    mask, attention_bias = present_input(node, 4), present_input(node, 5)
     scale, fill, causal = _options(node, widths[0] // heads)
-    out, base = _take(node)
+    out = node.outputs[0]
+    base = detach(node)
     qkv = [query, key, value]
     if projections is not None:
         starts = np.cumsum([0, *widths])

@@ -42,20 +42,21 @@ _FAST_ALPHA = math.sqrt(2 / math.pi)  # FastGelu: 0.5x(1 + tanh(alpha x + alpha 
 _FAST_BETA = _FAST_ALPHA * 0.044715
 
 
-def _out(node: gs.Node, i: int) -> gs.Variable | None:
+def present_output(node: gs.Node, i: int) -> gs.Variable | None:
     """Output `i` of `node` when the model asks for it, else None."""
     if i < len(node.outputs) and not node.outputs[i].is_empty():
         return node.outputs[i]
     return None
 
 
-def _in(node: gs.Node, i: int) -> gs.Tensor | None:
+def present_input(node: gs.Node, i: int) -> gs.Tensor | None:
+    """Input `i` of `node` when given (not omitted), else None."""
     if i < len(node.inputs) and not node.inputs[i].is_empty():
         return node.inputs[i]
     return None
 
 
-def _detach(node: gs.Node) -> str:
+def detach(node: gs.Node) -> str:
     """Disconnect `node` (cleanup removes it); its name or first output's, for new names."""
     base = node.name or node.outputs[0].name
     node.inputs.clear()
@@ -187,12 +188,12 @@ def skip_layer_norm(node: gs.Node, em: Emitter) -> str | None:
     """SkipLayerNormalization(input, skip, gamma, beta?, bias?) and the Simplified one
     (input, skip, gamma, bias?): the sum, then the norm over the last axis."""
     rms = node.op == "SkipSimplifiedLayerNormalization"
-    x, skip, gamma = _in(node, 0), _in(node, 1), _in(node, 2)
+    x, skip, gamma = present_input(node, 0), present_input(node, 1), present_input(node, 2)
     if x is None or skip is None or gamma is None:
         return "it lacks one of its input, skip and gamma inputs"
-    beta = None if rms else _in(node, 3)
-    bias = _in(node, 3 if rms else 4)
-    out, mean_out, inv_out, sum_out = (_out(node, i) for i in range(4))
+    beta = None if rms else present_input(node, 3)
+    bias = present_input(node, 3 if rms else 4)
+    out, mean_out, inv_out, sum_out = (present_output(node, i) for i in range(4))
     if out is None:
         return "its output is not used"
     reason = norm_refusal(x, rms=rms, mean_out=mean_out)
@@ -200,7 +201,7 @@ def skip_layer_norm(node: gs.Node, em: Emitter) -> str | None:
         return reason
     dtype = float_dtype(x)
     compute = _compute_dtype(dtype)
-    base = _detach(node)
+    base = detach(node)
     # onnxruntime sums in float32 too: a float16 sum rounded before the norm would not match
     x, skip, bias = (widen(em, t, compute, f"{base}_{k}")
                      for t, k in ((x, "x"), (skip, "skip"), (bias, "bias")))
@@ -223,7 +224,7 @@ def onnx_domain_norm(node: gs.Node, em: Emitter) -> str | None:
     scale, B?) below opset 17, both with `axis`, `epsilon` (and `stash_type`: float32,
     what the rewrite computes narrow types in)."""
     rms = node.op == "SimplifiedLayerNormalization"
-    x, scale = _in(node, 0), _in(node, 1)
+    x, scale = present_input(node, 0), present_input(node, 1)
     if x is None or scale is None:
         return "it lacks its input or scale"
     if int(node.attrs.get("stash_type", 1)) != 1:
@@ -231,18 +232,18 @@ def onnx_domain_norm(node: gs.Node, em: Emitter) -> str | None:
     axes = _norm_axes(int(node.attrs.get("axis", -1)), x)
     if isinstance(axes, str):
         return axes
-    out = _out(node, 0)
-    stats = [_out(node, i) for i in (1, 2)]
+    out = present_output(node, 0)
+    stats = [present_output(node, i) for i in (1, 2)]
     mean_out, inv_out = (None, stats[0]) if rms else (stats[0], stats[1])
     if out is None:
         return "its output is not used"
     reason = norm_refusal(x, rms=rms, mean_out=mean_out)
     if reason:
         return reason
-    bias = None if rms else _in(node, 2)
+    bias = None if rms else present_input(node, 2)
     epsilon = float(node.attrs.get("epsilon", NORM_EPSILON))
     out_dtype = float_dtype(scale) or float_dtype(x)  # onnxruntime's Y has scale's type V
-    base = _detach(node)
+    base = detach(node)
     emit_norm(em, base, x, scale, bias, epsilon=epsilon, axes=axes, rms=rms, out=out,
               out_dtype=out_dtype, mean_out=mean_out, inv_out=inv_out)
     return None
@@ -287,7 +288,7 @@ def _start(node: gs.Node, em: Emitter, x: gs.Tensor, wide: bool = True) -> _InFl
     if dtype is None:
         return NO_DTYPE
     out = node.outputs[0]
-    return _InFloat(em, _detach(node), dtype, out, wide)
+    return _InFloat(em, detach(node), dtype, out, wide)
 
 
 def gelu(node: gs.Node, em: Emitter) -> str | None:
@@ -295,7 +296,7 @@ def gelu(node: gs.Node, em: Emitter) -> str | None:
     wanted = 2 if node.op == "BiasGelu" else 1
     if len(node.inputs) != wanted:
         return f"it has {len(node.inputs)} inputs instead of {wanted}"
-    x, bias = node.inputs[0], _in(node, 1)
+    x, bias = node.inputs[0], present_input(node, 1)
     f = _start(node, em, x, wide=bias is not None)
     if isinstance(f, str):
         return f
@@ -311,11 +312,11 @@ def gelu(node: gs.Node, em: Emitter) -> str | None:
 def fast_gelu(node: gs.Node, em: Emitter) -> str | None:
     """FastGelu(X, bias?) and GemmFastGelu(X, W, bias?) = FastGelu(MatMul(X, W), bias)."""
     gemm = node.op == "GemmFastGelu"
-    x = _in(node, 0)
-    weight = _in(node, 1) if gemm else None
+    x = present_input(node, 0)
+    weight = present_input(node, 1) if gemm else None
     if x is None or (gemm and weight is None):
         return "it lacks its input" + (" or its weights" if gemm else "")
-    bias = _in(node, 2 if gemm else 1)
+    bias = present_input(node, 2 if gemm else 1)
     f = _start(node, em, x, wide=gemm)
     if isinstance(f, str):
         return f
@@ -332,7 +333,7 @@ def fast_gelu(node: gs.Node, em: Emitter) -> str | None:
 
 def quick_gelu(node: gs.Node, em: Emitter) -> str | None:
     """QuickGelu(X){alpha} = X * Sigmoid(alpha * X)."""
-    x = _in(node, 0)
+    x = present_input(node, 0)
     if x is None:
         return "it lacks its input"
     alpha = float(node.attrs.get("alpha", QUICK_GELU_ALPHA))
