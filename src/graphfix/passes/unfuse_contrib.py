@@ -146,7 +146,7 @@ def _fused_conv(node: gs.Node, em: Emitter) -> str | None:
         return act
     dtype = float_dtype(node.inputs[1]) or float_dtype(node.inputs[0])
     if needs_dtype(act, em.opset) and dtype is None:
-        return _NO_DTYPE
+        return transformer.NO_DTYPE
     inputs = list(node.inputs[:3])
     if len(inputs) == 3 and inputs[2].is_empty():
         inputs.pop()
@@ -173,10 +173,6 @@ def _fused_gemm(node: gs.Node, em: Emitter) -> str | None:
     return None
 
 
-_NO_DTYPE = (
-    "its float type is unknown, so the constants it needs cannot be typed; "
-    "run shape inference on the model first"
-)
 _REWRITES = {"FusedConv": _fused_conv, "FusedGemm": _fused_gemm, **transformer.MS_REWRITES,
              **attention.REWRITES}
 assert set(_REWRITES) == MS_REWRITES, "ort_ops.MS_REWRITES lists what doctor names"
