@@ -213,7 +213,6 @@ class OutputCheck:
             except NoTestData as err:  # an input dtype onnxruntime cannot take
                 return cls({}, None, f"{err.what}: {err.why}", providers, seed)
         check = cls(feeds, None, "", providers, used_seed, str(data or ""))
-        check.computed_in = narrow_outputs(model)
         if not background:
             check._run_original(model)
             return check
@@ -231,7 +230,10 @@ class OutputCheck:
 
     def _run_original(self, model: onnx.ModelProto) -> None:
         """The reference outputs (and the floor, when measured at once), or why there
-        are none."""
+        are none; and which outputs are float16 data cast up (in the original's thread
+        when it has one: a walk of the graph that `graphfix run`'s passes need not wait
+        for)."""
+        self.computed_in = narrow_outputs(model)
         try:
             self._reference = self._with_witness(
                 model, run_checkable(model, self.feeds, self.providers,

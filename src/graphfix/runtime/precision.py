@@ -37,6 +37,8 @@ def narrow_outputs(model: onnx.ModelProto) -> dict[str, str]:
     """Float32/64 graph outputs cast up from a narrower float (module docstring): output
     name -> that type's name ("float16", "bfloat16")."""
     graph = model.graph
+    if not any(node.op_type == "Cast" for node in graph.node):  # most models: no map to build
+        return {}
     producers = {out: node for node in graph.node for out in node.output if out}
     declared = _declared_types(graph)
     found: dict[str, str] = {}
