@@ -55,3 +55,37 @@ def test_a_static_batch_is_the_check_batch_and_the_hint_fits_the_command(tmp_pat
         open_data(tmp_path / "x.npy", STATIC4, batch_size=1, batch_option=None)
     assert "--batch-size" not in str(info.value)
     assert "A batch of 1 does not fit input 'x'" in str(info.value)
+
+
+IMAGE = parse(HEAD + "g (float[3,H,W] image) => (float[3,H,W] y) { y = Relu(image) }")
+
+
+def test_an_image_without_a_batch_axis_is_one_sample_a_run(tmp_path):
+    """torchvision's detectors take image [3, H, W]: [N, 3, H, W] data is N images
+    (it was refused with 'pass --batch-size 3'), and a run counts one sample."""
+    from graphfix.calibration.stats import collect
+    from graphfix.check.samples import check_samples
+
+    images = np.random.default_rng(0).standard_normal((5, 3, 4, 6)).astype(np.float32)
+    np.savez(tmp_path / "i.npz", image=images)
+    data = open_data(tmp_path / "i.npz", IMAGE)
+    runs = list(data)
+    assert [r["image"].shape for r in runs] == [(3, 4, 6)] * 5
+    np.testing.assert_array_equal(np.stack([r["image"] for r in runs]), images)
+    assert data.num_samples == 5 and [data.rows(r) for r in runs] == [1] * 5
+    assert collect(IMAGE, ["y"], data).samples == 5
+    np.save(tmp_path / "one.npy", images[0])  # one image, no sample axis
+    assert [r["image"].shape for r in open_data(tmp_path / "one.npy", IMAGE)] == [(3, 4, 6)]
+    # the per-pass check and `graphfix check` read the same data
+    assert first_feeds(tmp_path / "i.npz", IMAGE)["image"].shape == (3, 4, 6)
+    got = check_samples(IMAGE, tmp_path / "i.npz", None, {}, 2, 0)
+    assert [g["image"].shape for g in got] == [(3, 4, 6)] * 2
+    np.testing.assert_array_equal(got[1]["image"], images[1])
+
+
+def test_rows_of_a_static_batch_still_ask_for_that_batch_size(tmp_path):
+    np.save(tmp_path / "x.npy", np.ones((8, 3), np.float32))
+    with pytest.raises(GraphfixError, match="axis 0 is fixed at 4.*Pass --batch-size 4"):
+        open_data(tmp_path / "x.npy", STATIC4)
+    np.save(tmp_path / "w.npy", np.ones((2, 4, 3), np.float32))  # two whole [4, 3] samples
+    assert [r["x"].shape for r in open_data(tmp_path / "w.npy", STATIC4)] == [(4, 3)] * 2

@@ -319,8 +319,13 @@ def _classify(model, tensors, info, fed) -> tuple[list[str], dict[str, str]]:
     return keep, skipped
 
 
-def _samples(feeds: dict[str, np.ndarray]) -> int:
-    """Samples in one batch: the leading dim of its first input (1 for scalars)."""
+def batch_samples(feeds: dict[str, np.ndarray], data: object = None) -> int:
+    """Samples in one batch of `data`: as `data.rows` counts them where it can (an
+    input without a batch axis, an image [3, H, W], is one sample a run), else the
+    leading dim of the batch's first input (1 for scalars)."""
+    rows = getattr(data, "rows", None)
+    if callable(rows):
+        return int(rows(feeds))
     first = next(iter(feeds.values()), None)
     shape = np.shape(first) if first is not None else ()
     return int(shape[0]) if shape else 1
@@ -331,7 +336,7 @@ def total_samples(data: Iterable[dict[str, np.ndarray]]) -> int:
     if hasattr(data, "num_samples"):
         return int(data.num_samples)
     if isinstance(data, Sequence):
-        return sum(_samples(f) for f in data)
+        return sum(batch_samples(f) for f in data)
     return 0
 
 
@@ -387,7 +392,7 @@ class _Run:
             coming = ahead.submit(self._next, batches, done)
             while (item := coming.result()) is not None:
                 feeds, outputs = item
-                samples = _samples(feeds)
+                samples = batch_samples(feeds, self.data)
                 coming = ahead.submit(self._next, batches, done + samples)
                 pairs = [(name, np.asarray(feeds[name])) for name in self.inputs]
                 pairs += zip(self.exposed, outputs, strict=True)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from graphfix.calibration.stats import batch_samples
 from graphfix.errors import GraphfixError
 
 # method -> TensorRT base class (calibration_notes.md (c): the two per-tensor calibrators).
@@ -127,13 +128,12 @@ def _calibrator_class(base: type) -> type:
             return next(self._iter, None)
 
         def get_batch_size(self) -> int:
-            """Samples per batch: axis 0 of the first batch's first array (it is read now
-            and handed to get_batch later); 1 when the data is empty or 0-d."""
+            """Samples per batch, as `batch_samples` counts them in the first batch (it is
+            read now and handed to get_batch later); 1 when the data is empty or 0-d."""
             if self._batch_size is None:
                 self._pending = self._next()
-                first = next(iter(self._pending.values()), None) if self._pending else None
-                shape = np.shape(first) if first is not None else ()
-                self._batch_size = int(shape[0]) if shape else 1
+                self._batch_size = batch_samples(self._pending, self.data) \
+                    if self._pending else 1
             return self._batch_size
 
         def get_batch(self, names: list[str]) -> list[int] | None:

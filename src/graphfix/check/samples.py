@@ -29,12 +29,10 @@ def check_samples(model: onnx.ModelProto, data: str | os.PathLike | None, data_k
     ({name: dims}) or the usual defaults."""
     refuse_non_tensors(model)
     if data is not None:
-        from graphfix.runtime.data import open_data, run_batch
+        from graphfix.runtime.data import open_runs
         from graphfix.runtime.values import with_values
 
-        batch = run_batch(model)
-        source = open_data(data, model, data_key=data_key, max_samples=count * batch,
-                           batch_size=batch, batch_option=None)
+        source = open_runs(data, model, data_key=data_key, runs=count)
         return [with_values(model, feeds, values) for feeds in islice(iter(source), count)]
     inputs = graph_inputs(model)
     shapes = resolve_shapes(inputs, {k: tuple(v) for k, v in input_shapes.items()})

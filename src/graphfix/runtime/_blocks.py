@@ -11,10 +11,12 @@ float64 data for a float32 input, which is cast.
 Batches are formed by cutting and concatenating rows along axis 0, so they do not
 depend on how samples are spread over files. A model input whose axis 0 is static
 (N) takes exactly N rows per run, so the batch size must be N; a scalar input takes
-one sample per run. Except, with batch size 1: when another input is batched (axis 0
-dynamic or 1) or the static sizes disagree, an input whose static axis 0 is N > 1
-(recurrent state [2, batch, 128]) is not batched: one sample of it is the whole
-array, N samples stack along a new leading axis.
+one sample per run. Except, with batch size 1 (the default): an input whose static
+axis 0 is N > 1 is not batched (recurrent state [2, batch, 128]; torchvision's
+detectors' image [3, height, width], which has no batch axis): one sample of it is the
+whole array, N samples stack along a new leading axis. Data that fits such an input
+only as rows (a model exported with a static batch of 4 and data [100, 3, 224, 224])
+is told to pass --batch-size N.
 """
 
 from __future__ import annotations
@@ -84,16 +86,14 @@ class FeedChecker:
         self._row_params = {i.dims[0] for i in inputs if i.dims and isinstance(i.dims[0], str)}
 
     def _whole_inputs(self) -> set[str]:
-        """Inputs whose static axis 0 is not a batch axis (recurrent state [2, N, 128]
-        beside a batched input): with batch size 1, each of their samples is the whole
-        array, and their axis 0 is not cut."""
-        static = {i.name: i.dims[0] for i in self.inputs
-                  if i.dims and isinstance(i.dims[0], int)}
-        batched = any(i.dims is None or (i.dims and not isinstance(i.dims[0], int))
-                      for i in self.inputs) or 1 in static.values()
-        if self.batch_size != 1 or not (batched or len(set(static.values())) > 1):
+        """Inputs whose static axis 0 is N > 1 while a run takes one sample (batch size
+        1): recurrent state [2, N, 128] beside a batched input, or an image [3, H, W]
+        with no batch axis. Each of their samples is the whole array, and their axis 0
+        is not cut. (Data that fits only as N rows gets `_batch_error`.)"""
+        if self.batch_size != 1:
             return set()
-        return {name for name, rows in static.items() if rows != 1}
+        return {i.name for i in self.inputs
+                if i.dims and isinstance(i.dims[0], int) and i.dims[0] != 1}
 
     def _static_batch(self) -> int | None:
         """The rows every run must have, when some input fixes them (else None)."""
@@ -105,20 +105,25 @@ class FeedChecker:
                 continue
             rows = info.dims[0] if info.dims else 1
             if rows != self.batch_size:
-                why = (f"its axis 0 is fixed at {rows}, so every run takes exactly {rows} "
-                       f"sample{'s' if rows > 1 else ''}" if info.dims
-                       else "it is a scalar, so samples cannot be stacked into batches")
-                option = self.batch_option
-                raise GraphfixError(
-                    f"{option or 'A batch of'} {self.batch_size} does "
-                    f"not fit input '{info.name}' {show_dims(info.dims)}",
-                    why,
-                    (f"pass {option} {rows}" if option
-                     else f"give data whose samples fit a batch of {self.batch_size}")
-                    + (", or export the model with a dynamic batch axis" if info.dims else ""),
-                )
+                raise self._batch_error(info)
             fixed = rows
         return fixed
+
+    def _batch_error(self, info: InputInfo) -> GraphfixError:
+        """Input `info`'s static axis 0 (or its being a scalar) does not fit the batch size."""
+        rows = info.dims[0] if info.dims else 1
+        why = (f"its axis 0 is fixed at {rows}, so every run takes exactly {rows} "
+               f"sample{'s' if rows > 1 else ''}" if info.dims
+               else "it is a scalar, so samples cannot be stacked into batches")
+        option = self.batch_option
+        return GraphfixError(
+            f"{option or 'A batch of'} {self.batch_size} does "
+            f"not fit input '{info.name}' {show_dims(info.dims)}",
+            why,
+            (f"pass {option} {rows}" if option
+             else f"give data whose samples fit a batch of {self.batch_size}")
+            + (", or export the model with a dynamic batch axis" if info.dims else ""),
+        )
 
     def check(self, where: str, headers: Mapping[str, Header]) -> Block:
         """The block's rows and sample shapes; GraphfixError when it does not fit."""
@@ -179,6 +184,16 @@ class FeedChecker:
                 batch[info.name] = batch[info.name][0]
         return batch
 
+    def rows(self, batch: Mapping[str, Any]) -> int:
+        """Samples in a batch `finish` made: axis 0 of an input that has one as its
+        sample axis; 1 when every input is whole or a scalar (a run of one sample)."""
+        for info in self.inputs:
+            if info.dims == () or info.name in self.whole:
+                continue
+            shape = np.shape(batch[info.name])
+            return int(shape[0]) if shape else 1
+        return 1
+
     def _check_names(self, where: str, headers: Mapping[str, Header]) -> None:
         names = [i.name for i in self.inputs]
         missing = [n for n in names if n not in headers]
@@ -224,6 +239,8 @@ class FeedChecker:
         skip = 1  # dims of the model's input before the sample's
         if info.name in self.whole:  # [N, *dims] (N samples) or dims (one)
             rank, skip = len(info.dims) + 1, 0
+            if not self._fits(info.dims, shape) and self._fits(info.dims[1:], shape):
+                raise self._batch_error(info)  # rows of a static batch, not whole samples
         if len(shape) not in (rank, rank - 1):
             raise self._shape_error(where, info, shape, f"its rank is {len(shape)}")
         rows, sample = (shape[0], shape[1:]) if len(shape) == rank else (1, shape)
@@ -232,6 +249,13 @@ class FeedChecker:
                 problem = f"the model's dim {axis} is {d}, the data has {v} there"
                 raise self._shape_error(where, info, shape, problem)
         return rows, sample
+
+    @staticmethod
+    def _fits(dims: tuple, shape: tuple[int, ...]) -> bool:
+        """Whether `shape` is one sample of `dims` or a stack of them along axis 0."""
+        sample = shape if len(shape) == len(dims) else shape[1:]
+        return len(sample) == len(dims) and all(
+            not isinstance(d, int) or d == v for d, v in zip(dims, sample, strict=True))
 
     def _shape_error(self, where: str, info: InputInfo, shape: tuple[int, ...],
                      problem: str) -> GraphfixError:

@@ -50,7 +50,7 @@ from graphfix.runtime._sources import LoaderScript, array_folder, single_npy, si
 from graphfix.runtime.feeds import InputInfo, graph_inputs
 
 __all__ = ["CalibrationData", "InputSpec", "Preprocess", "first_feeds", "open_data",
-           "run_batch"]
+           "open_runs", "run_batch"]
 OWN_BATCH_MAX = 32  # samples of a file's stack the per-pass check runs at once
 
 
@@ -95,6 +95,10 @@ class CalibrationData:
             for _ in self:
                 pass
         return self._stop - self._start
+
+    def rows(self, feeds: dict[str, np.ndarray]) -> int:
+        """Samples in one of the feed dicts this yields."""
+        return self._checker.rows(feeds)
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         first, offset = self._first_block()
@@ -224,15 +228,33 @@ def run_batch(model: onnx.ModelProto) -> int:
     return firsts.pop() if len(firsts) == 1 and isinstance(next(iter(firsts)), int) else 1
 
 
+def open_runs(source: str | os.PathLike, model: onnx.ModelProto, *,
+              data_key: str | None = None, runs: int = 1) -> CalibrationData:
+    """The first `runs` runs' worth of anything `open_data` reads, for a command with no
+    --batch-size: `run_batch` samples a run, or one where the model's static axis 0
+    is not a batch axis and the data says so (torchvision's detectors take an image
+    [3, H, W]: [N, 3, H, W] data is N images, not rows of a batch of 3)."""
+    batch = run_batch(model)
+    try:
+        return open_data(source, model, data_key=data_key, max_samples=runs * batch,
+                         batch_size=batch, batch_option=None)
+    except GraphfixError as err:
+        if batch == 1:
+            raise
+        try:
+            return open_data(source, model, data_key=data_key, max_samples=runs,
+                             batch_size=1, batch_option=None)
+        except GraphfixError:
+            raise err from None
+
+
 def first_feeds(source: str | os.PathLike, model: onnx.ModelProto,
                 data_key: str | None = None) -> dict[str, np.ndarray]:
     """The first run's inputs of anything `open_data` reads, for a command with no
     --batch-size (the per-pass check of `graphfix run`): `run_batch` samples; when every
     input's axis 0 is dynamic, the first file's own stack (an .npz of [2, 3, 32, 32] runs
     as batch 2), at most `OWN_BATCH_MAX` samples of it."""
-    batch = run_batch(model)
-    data = open_data(source, model, data_key=data_key, max_samples=batch, batch_size=batch,
-                     batch_option=None)
+    data = open_runs(source, model, data_key=data_key)
     blocks = data._source.blocks
     free = all(i.dims is None or (i.dims and not isinstance(i.dims[0], int))
                for i in data.inputs)
