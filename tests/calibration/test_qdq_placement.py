@@ -168,6 +168,34 @@ def test_unfolded_batchnorm_after_a_quantized_conv_is_refused():
     assert plan.activations == ()
 
 
+@pytest.mark.parametrize("other", ["reader", "graph output"])
+def test_batchnorm_beside_another_reader_of_the_conv_stays_a_float_op(other):
+    """maxvit_t's stem: the Conv's output is read by the BatchNormalization and by a
+    shortcut (or is a graph output). Neither fold-bn (it would need a copy of the Conv)
+    nor TensorRT (a second consumer stops the fusion) folds it, so the Conv is quantized
+    as it is and the BatchNormalization stays float."""
+    nodes = [conv("conv", "x", "w", "c"),
+             helper.make_node("BatchNormalization", ["c", "g", "beta", "mean", "var"], ["n"],
+                              name="bn")]
+    outputs = [vi("n", None)]
+    if other == "reader":
+        nodes += [helper.make_node("AveragePool", ["c"], ["p"], name="pool", kernel_shape=[1, 1]),
+                  helper.make_node("Add", ["n", "p"], ["y"], name="add")]
+        outputs = [vi("y", None)]
+    else:
+        outputs.append(vi("c", None))
+    inits = [init("w", [2, 3, 3, 3]), init("g", [2], 1), init("beta", [2], 2),
+             init("mean", [2], 3), numpy_helper.from_array(np.ones(2, np.float32), "var")]
+    model = build_model(nodes, [vi("x", [1, 3, 6, 6])], outputs, inits)
+    plan, q = quantized(model)
+    assert plan.weights == (("w", "conv", 0),)
+    assert [n.op_type for n in q.graph.node if n.name in ("bn", "conv")] == \
+        ["Conv", "BatchNormalization"]
+    assert dq_sources(q).get(("bn", 0)) is None  # the BN reads the Conv's float output
+    assert_trt_form(q)
+    assert_close_to_fp32(model, q)
+
+
 def test_batchnorm_before_a_conv_is_quantized_after_it():
     """BN -> Conv is not what fold-bn folds; the pair sits between them (TensorRT runs the
     BN as a scale layer)."""

@@ -42,11 +42,16 @@ the TensorRT developer guide's "Q/DQ Layer-Placement Recommendations" as *recall
    where scales are equal" ((d) placement 5, recalled); ModelOpt's `concat_elimination`
    pass groups Concat input/output tensors to share one scale (verified). Groups that
    overlap merge.
-7. A BatchNormalization that reads a quantized op's output is refused: fold it first
-   (`fold-bn`). (d) placement 3 (recalled): do not simulate BatchNorm folding; graphfix
-   calibrates the folded model, whose numbers TensorRT will run. A BatchNormalization
-   *before* a weighted op (BN -> Conv, which fold-bn does not fold) is accepted: the
-   Conv's input pair sits after it.
+7. A BatchNormalization that is the only reader of a quantized op's output is refused:
+   fold it first (`fold-bn`). (d) placement 3 (recalled): do not simulate BatchNorm
+   folding; graphfix calibrates the folded model, whose numbers TensorRT will run. When
+   that output has other readers (or is a graph output) the BatchNormalization is
+   accepted and stays a float op of its own: TensorRT fuses a Conv with what follows only
+   when nothing else reads the Conv's output (../shared/DESIGN.md, "a second consumer"),
+   and fold-bn folds it only into a copy of the op, which its cost model may decline
+   (maxvit_t's stem Conv, read by the first block's BatchNormalization and its
+   shortcut's AveragePool). A BatchNormalization *before* a weighted op (BN -> Conv,
+   which fold-bn does not fold) is accepted: the Conv's input pair sits after it.
 """
 
 from __future__ import annotations
@@ -66,6 +71,10 @@ COPY_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
 # Activations TensorRT fuses into the weighted op before them (rule 4 looks through them).
 FUSED_ACTIVATIONS = frozenset({"Relu", "LeakyRelu", "Clip"})
 _FUSING_PRODUCERS = ("Conv", "ConvTranspose")
+# The skip reason for a weight computed from constants (a tied embedding's Transpose):
+# `runner.planned` folds those and plans again.
+WEIGHT_FROM_CONSTANTS = ("its weight (input 1) is computed from constants: run the "
+                         "fold-constants pass first")
 _MAX_WALK = 8  # chains (copy ops, fused activations, constant math) followed this far
 
 
@@ -95,8 +104,7 @@ def weight_axis(node: gs.Node) -> tuple[int | None, str]:
         return None, "its input 0 is a constant, not an activation to calibrate"
     if weight is None:
         if _static(node.inputs[1]):
-            return None, ("its weight (input 1) is computed from constants: run the "
-                          "fold-constants pass first")
+            return None, WEIGHT_FROM_CONSTANTS
         if node.op == "MatMul":
             return None, "both inputs are activations (attention-style MatMul): kept in float"
         return None, "its weight (input 1) is computed at run time, not a constant"
@@ -153,7 +161,9 @@ def place(graph: gs.Graph, excluded_names: set[str], excluded_ops: set[str]) -> 
                 result.edges.append((node.inputs[0].name, node_key(node), 0))
         elif is_onnx(node, "BatchNormalization") and node.inputs:
             producer = _producer(node.inputs[0])
-            if producer is not None and id(producer) in quantized:
+            if (producer is not None and id(producer) in quantized
+                    and len(node.inputs[0].outputs) == 1
+                    and not is_graph_output(graph, node.inputs[0])):
                 result.unfolded_bn.append((node_label(node), node_label(producer)))
     result.edges = _in_graph_order(graph, result.edges)
     result.shared = _concat_groups(graph, {t for t, _, _ in result.edges})
