@@ -119,3 +119,38 @@ def test_one_statistics_pass_and_one_shape_inference_for_every_method(monkeypatc
     one = calibrate(fp32, data, ("auto", "mse"))
     assert len(calls) == 1 and any("in 1 pass (1 chunk)" in n for n in one.notes)
     assert one.recommended == "auto" and one.outcomes[0].agreement is None
+
+
+def test_a_weight_computed_from_constants_is_folded_and_quantized():
+    """torch's default exporter writes GPT-2's tied lm_head weight as Transpose(embedding
+    table): calibrate folds it (it used to leave the MatMul float, with the advice to run
+    fold-constants) and quantizes the MatMul per channel; the table's Gather keeps the
+    float table."""
+    from gfhelpers import build_model
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((10, 4)).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+             helper.make_node("Transpose", ["table"], ["tied"], name="tie", perm=[1, 0]),
+             helper.make_node("MatMul", ["e", "tied"], ["logits"], name="head")]
+    model = build_model(
+        nodes, [helper.make_tensor_value_info("ids", TensorProto.INT64, ["n", 3])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["n", 3, 10])],
+        [numpy_helper.from_array(table, "table")])
+    data = [{"ids": rng.integers(0, 10, (2, 3))} for _ in range(4)]
+    result = calibrate(model, data, ("minmax",))
+    assert any(n.startswith("fold-constants") for n in result.notes)
+    assert not any("'head'" in n for n in result.notes)  # not "not quantized: MatMul 'head'"
+    q = result.outcome().model
+    head = next(n for n in q.graph.node if n.name == "head")
+    producers = {o: n for n in q.graph.node for o in n.output}
+    weight_dq = producers[head.input[1]]
+    assert weight_dq.op_type == "DequantizeLinear"
+    inits = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
+    assert inits[weight_dq.input[0]].shape == (4, 10)  # the folded [K, N] weight, per channel
+    assert inits[weight_dq.input[1]].shape == (10,)
+    assert next(n for n in q.graph.node if n.name == "embed").input[0] == "table"
+    _assert_trt_legal(q)
+    onnx.checker.check_model(q, full_check=True)
+

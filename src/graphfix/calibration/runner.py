@@ -24,6 +24,7 @@ import onnx
 
 from graphfix import provenance
 from graphfix.calibration import clipping, methods, qdq, stats
+from graphfix.calibration._placement import WEIGHT_FROM_CONSTANTS
 from graphfix.calibration.evaluate import Agreement, compare_many
 from graphfix.errors import GraphfixError
 
@@ -154,6 +155,36 @@ def prepare(model: onnx.ModelProto, fold_bn: bool = True) -> tuple[onnx.ModelPro
     return result.model, [f"{r.spec}: {r.did()}" for r in result.report.passes]
 
 
+def planned(model: onnx.ModelProto, fold_bn: bool = True, exclude_nodes: Sequence[str] = (),
+            exclude_op_types: Sequence[str] = ()
+            ) -> tuple[onnx.ModelProto, list[str], qdq.QuantPlan]:
+    """`prepare`d model, its notes and its quantization plan. A weighted op whose weight
+    is computed from constants (torch's default exporter writes a tied embedding's
+    Transpose as GPT-2's lm_head weight) would stay float: such weights are folded first
+    (`fold-constants`, its size limit raised to twice the largest initializer, so a
+    Transpose or a float16 Cast of any weight folds), and the model is planned again."""
+    fp32, notes = prepare(model, fold_bn)
+    plan = qdq.plan(fp32, exclude_nodes=exclude_nodes, exclude_op_types=exclude_op_types)
+    if not any(why == WEIGHT_FROM_CONSTANTS for _, why in plan.skipped):
+        return fp32, notes, plan
+    from graphfix.api import run
+
+    largest = max((_tensor_bytes(t) for t in fp32.graph.initializer), default=0)
+    spec = f"fold-constants{{size-threshold={max(2 * largest, 16 << 20)}}}"
+    result = run(fp32, passes=spec, check=False)
+    notes += [f"{r.spec}: {r.did()}" for r in result.report.passes]
+    fp32 = result.model
+    return fp32, notes, qdq.plan(fp32, exclude_nodes=exclude_nodes,
+                                 exclude_op_types=exclude_op_types)
+
+
+def _tensor_bytes(tensor: onnx.TensorProto) -> int:
+    """Bytes of an initializer's values (its shape times its element size)."""
+    count = math.prod(tensor.dims)
+    return count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize \
+        if tensor.data_type not in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED) else 0
+
+
 def calibrate(
     model: onnx.ModelProto,
     data: Iterable[dict[str, np.ndarray]],
@@ -181,8 +212,7 @@ def calibrate(
     """
     if not isinstance(request, Request):
         request = Request.make(request)
-    fp32, notes = prepare(model, fold_bn)
-    plan = qdq.plan(fp32, exclude_nodes=exclude_nodes, exclude_op_types=exclude_op_types)
+    fp32, notes, plan = planned(model, fold_bn, exclude_nodes, exclude_op_types)
     qdq.require_activations(plan, fp32)  # before the statistics pass: nothing to quantize
     tensors = list(plan.activations)
     if every_tensor:

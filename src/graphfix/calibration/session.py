@@ -13,7 +13,7 @@ import onnx
 
 from graphfix.calibration import cache as cache_format
 from graphfix.calibration import clipping, methods, qdq
-from graphfix.calibration.runner import CalibrationResult, Request, calibrate, prepare
+from graphfix.calibration.runner import CalibrationResult, Request, calibrate, planned
 from graphfix.errors import GraphfixError
 from graphfix.runtime.data import CalibrationData, Preprocess, open_data
 
@@ -185,9 +185,8 @@ def quantize_from_cache(model: onnx.ModelProto, path: Path, options: Options) ->
                             "give the path of a TensorRT calibration cache (a text file)"
                             ) from None
     amaxes = cache_format.cache_amaxes(text)
-    fp32, _ = prepare(model)
-    plan = qdq.plan(fp32, exclude_nodes=options.exclude_nodes,
-                    exclude_op_types=options.exclude_op_types)
+    fp32, _, plan = planned(model, exclude_nodes=options.exclude_nodes,
+                            exclude_op_types=options.exclude_op_types)
     qdq.require_activations(plan, fp32)
     missing = [t for t in plan.activations if t not in amaxes]
     if missing:
