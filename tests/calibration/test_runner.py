@@ -154,3 +154,33 @@ def test_a_weight_computed_from_constants_is_folded_and_quantized():
     _assert_trt_legal(q)
     onnx.checker.check_model(q, full_check=True)
 
+
+def test_an_activation_shape_inference_cannot_type_keeps_its_readers_float():
+    """onnxruntime's optimized models: a com.microsoft op's output has no type for ONNX's
+    inference, so the statistics pass cannot expose it. The MatMul reading it stays float
+    (weight too), with the reason; calibrate used to stop with 'no amax for 1 of the 2
+    tensors to quantize'."""
+    from gfhelpers import build_model
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+             helper.make_node("Gelu", ["h"], ["g"], name="gelu", domain="com.microsoft"),
+             helper.make_node("MatMul", ["g", "w2"], ["y"], name="fc2")]
+    model = build_model(
+        nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+        [numpy_helper.from_array(rng.standard_normal((8, 6)).astype(np.float32), "w1"),
+         numpy_helper.from_array(rng.standard_normal((6, 4)).astype(np.float32), "w2")],
+        checked=False)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    data = [{"x": rng.standard_normal((2, 8)).astype(np.float32)} for _ in range(3)]
+    result = calibrate(model, data, ("minmax",))
+    assert result.plan.activations == ("x",) and [w[1] for w in result.plan.weights] == ["fc1"]
+    note = next(n for n in result.notes if "MatMul 'fc2'" in n)
+    assert "its input 'g' was not calibrated: its type is unknown" in note
+    assert "com.microsoft Gelu" in note
+    q = result.outcome().model
+    fc2 = next(n for n in q.graph.node if n.name == "fc2")
+    assert list(fc2.input) == ["g", "w2"]  # float activation, float weight
+    assert sum(n.op_type == "DequantizeLinear" for n in q.graph.node) == 2  # x and w1

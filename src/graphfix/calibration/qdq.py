@@ -81,6 +81,28 @@ class QuantPlan:
     skipped: tuple[tuple[str, str], ...]
     edges: tuple[tuple[str, str, int], ...] = ()
 
+    def without(self, uncalibrated: Mapping[str, str], model: onnx.ModelProto) -> QuantPlan:
+        """This plan less the activations in `uncalibrated` (name -> why the statistics
+        pass could not measure it: a type shape inference cannot find, behind an op
+        ONNX does not know): every node that reads one of them in INT8 stays float, its
+        weight too, and `skipped` says why."""
+        gone = {t: why for t, why in uncalibrated.items() if t in self.activations}
+        if not gone:
+            return self
+        edges = self.edges or tuple(
+            (t, key, -1) for t, keys in self.reader_keys(model).items() for key in keys)
+        floats = {key: t for t, key, _ in edges if t in gone}
+        ops = {n.name or (n.output[0] if n.output else ""): n.op_type for n in model.graph.node}
+        kept = tuple(e for e in edges if e[1] not in floats)
+        activations = tuple(dict.fromkeys(t for t, _, _ in kept))
+        shared = tuple(group for group in (tuple(t for t in g if t in activations)
+                                           for g in self.shared) if len(group) > 1)
+        skipped = self.skipped + tuple(
+            (f"{ops.get(key, 'node')} '{key}'", f"its input '{t}' was not calibrated: {gone[t]}")
+            for key, t in floats.items())
+        return QuantPlan(activations, tuple(w for w in self.weights if w[1] not in floats),
+                         shared, skipped, kept if self.edges else ())
+
     def reader_keys(self, model: onnx.ModelProto) -> dict[str, list[str]]:
         """Per activation, the keys of the nodes that read its DQ output (what
         --exclude-nodes takes): the plan's edges, or every reader when it has none."""

@@ -224,6 +224,11 @@ def calibrate(
                               memory_budget=memory_budget, providers=providers,
                               progress=progress)
     stats_seconds = time.perf_counter() - start
+    missing = {t: collected.skipped.get(t, "no statistics") for t in plan.activations
+               if t not in collected}
+    if missing:  # an ORT-optimized model's SkipLayerNormalization output has no known type
+        plan = plan.without(missing, fp32)
+        qdq.require_activations(plan, fp32)
     notes += [collected.summary(), *collected.notes]
     notes += [f"not quantized: {where}: {why}" for where, why in plan.skipped]
     plain = methods.plain_ranges(collected, request.options)

@@ -165,15 +165,23 @@ def cache_version(text: str | None) -> str:
 
 
 def _doctor_notes(model: onnx.ModelProto, trt: str | None) -> list[str]:
+    """doctor's Q/DQ findings one by one; what its other rules find, in one line when
+    they say the model will not parse (a detector's NMS, an op TensorRT lacks: the FP32
+    model did not parse either, and calibrating does not change that)."""
     from graphfix.doctor import diagnose
+    from graphfix.doctor.engine import rules
     from graphfix.trt import parse_target
 
     target = parse_target(target_version(trt))
     findings = diagnose(model, target, only=["qdq"]).findings
-    if not findings:
-        return [f"graphfix doctor: no Q/DQ findings for {target.label()}"]
-    return [f"graphfix doctor ({target.label()}): {f.severity} {f.rule}: {f.message}"
-            for f in findings]
+    notes = [f"graphfix doctor ({target.label()}): {f.severity} {f.rule}: {f.message}"
+             for f in findings] or [f"graphfix doctor: no Q/DQ findings for {target.label()}"]
+    others = diagnose(model, target, only=[r.name for r in rules() if r.name != "qdq"])
+    if not others.parses():
+        notes.append(f"{others.verdict()} (not from Q/DQ: `graphfix doctor OUT --trt "
+                     f"{target.effective}` says why; `graphfix run MODEL --trt "
+                     f"{target.effective}` before calibrating rewrites what it can)")
+    return notes
 
 
 def quantize_from_cache(model: onnx.ModelProto, path: Path, options: Options) -> onnx.ModelProto:

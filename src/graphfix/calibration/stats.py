@@ -304,6 +304,7 @@ def _classify(model, tensors, info, fed) -> tuple[list[str], dict[str, str]]:
         )
     keep: list[str] = []
     skipped: dict[str, str] = {}
+    producers: dict[str, onnx.NodeProto] | None = None  # made when a type is unknown
     for t in dict.fromkeys(tensors):
         elem = info.get(t, (0, None))[0]
         if t in inits and t not in main:
@@ -311,12 +312,23 @@ def _classify(model, tensors, info, fed) -> tuple[list[str], dict[str, str]]:
         elif t not in main:
             skipped[t] = "inside an If/Loop/Scan body, which cannot be exposed as a graph output"
         elif not elem:
-            skipped[t] = "its type is unknown after shape inference"
+            if producers is None:
+                producers = {o: n for n in g.node for o in n.output}
+            skipped[t] = "its type is unknown after shape inference" + _foreign(producers.get(t))
         elif elem not in FLOAT_TYPES:
             skipped[t] = f"not a float tensor ({helper.tensor_dtype_to_string(elem)})"
         else:
             keep.append(t)
     return keep, skipped
+
+
+def _foreign(node: onnx.NodeProto | None) -> str:
+    """Why shape inference could not type a tensor `node` made, when it is an op outside
+    the ONNX domain (onnxruntime's transformer optimizer writes com.microsoft fused ops)."""
+    if node is None or node.domain in ("", "ai.onnx"):
+        return ""
+    return (f" (it comes from {node.domain} {node.op_type}, which ONNX does not know; "
+            "`graphfix run MODEL --trt 10` writes onnxruntime's fused ops as standard ones)")
 
 
 def batch_samples(feeds: dict[str, np.ndarray], data: object = None) -> int:
