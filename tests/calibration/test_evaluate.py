@@ -96,3 +96,34 @@ def test_within_the_margins_the_first_asked_wins_and_accuracy_comes_first():
     assert runner._recommend(with_labels) == "mse"
     assert runner._recommend([_outcome("auto", float("nan")), _outcome("mse", 3.0)]) == "mse"
     assert runner._recommend([_outcome("auto", float("nan"))]) == "auto"
+
+
+DETECTOR = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[3, 4] image) => (float[M, 4] boxes) {
+    k = Constant<value = float {%s}>()
+    scaled = Mul(image, k)
+    zero = Constant<value = int64 {0}>()
+    score = Gather<axis = 1>(scaled, zero)
+    half = Constant<value = float {0.5}>()
+    keep = Greater(score, half)
+    boxes = Compress<axis = 0>(scaled, keep)
+}
+"""
+
+
+def test_a_model_without_a_batch_axis_counts_samples_not_detections(tmp_path):
+    """torchvision's detectors: image [3, H, W] in, [detections, 4] out. Samples were
+    counted as output rows (300 for one image) and top-1 taken over box coordinates;
+    an INT8 model keeping another number of rows crashed the SQNR."""
+    from graphfix.runtime.data import open_data
+
+    reference = parse(DETECTOR % "1.0")
+    images = np.random.default_rng(3).standard_normal((4, 3, 4)).astype(np.float32)
+    np.savez(tmp_path / "d.npz", image=images)
+    data = open_data(tmp_path / "d.npz", reference)
+    kept = [int(np.sum(i[:, 0] > 0.5)) != int(np.sum(1.5 * i[:, 0] > 0.5)) for i in images]
+    assert any(kept)  # some image keeps another number of boxes in the candidate
+    got = evaluate.compare(reference, parse(DETECTOR % "1.5"), data)
+    assert got.samples == 4 and got.top1_agreement is None
+    assert np.isfinite(got.sqnr_db) and got.sqnr_db < 20

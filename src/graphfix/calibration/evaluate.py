@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from graphfix.calibration.stats import total_samples
+from graphfix.calibration.stats import batch_samples, total_samples
 from graphfix.runtime.measure import ratio_db
 from graphfix.runtime.session import make_session
 
@@ -76,20 +76,28 @@ def compare_many(
     classifier = True
     total = total_samples(data)
     for feeds in data:
+        n = batch_samples(feeds, data)
+
+        def rows(out: np.ndarray, n: int = n) -> np.ndarray:
+            """The output with one row per sample: as it is when its axis 0 counts the
+            batch's samples; else (a detector's boxes [300, 4] for one image) one row."""
+            return out if out.ndim and out.shape[0] == n else out[np.newaxis]
+
         refs = [np.asarray(r) for r in ref_session.run(outputs, dict(feeds))]
         floats = [r.dtype.kind == "f" for r in refs]
         for i, r in enumerate(refs):
             if floats[i] and r.size and r.ndim:
+                r = rows(r)
                 if first[i] is None:
                     first[i] = r[:1].copy()
                 constant[i] = constant[i] and r.shape[1:] == first[i].shape[1:] and \
                     bool(np.all(r == first[i]))
-        head = refs[0]
+        head = rows(refs[0])
         classifier = classifier and head.ndim == 2 and head.shape[1] >= 2
         ref_top = _top1(head)
         batch_labels = None
         if labels is not None:
-            batch_labels = labels[samples:samples + len(ref_top)].reshape(-1)
+            batch_labels = labels[samples:samples + n].reshape(-1)
             ref_correct += int(np.sum(ref_top == batch_labels))
         for key, session in sessions.items():
             tally = tallies[key]
@@ -98,12 +106,12 @@ def compare_many(
                 if floats[i]:
                     r64, q64 = r.astype(np.float64), np.asarray(q, np.float64)
                     tally.signal[i] += float(np.sum(r64 * r64))
-                    tally.noise[i] += float(np.sum((r64 - q64) ** 2))
-            top = _top1(np.asarray(outs[0]))
-            tally.agree += int(np.sum(top == ref_top))
+                    tally.noise[i] += _noise(r64, q64)
+            top = _top1(rows(np.asarray(outs[0])))
+            tally.agree += int(np.sum(top == ref_top)) if top.shape == ref_top.shape else 0
             if batch_labels is not None:
                 tally.correct += int(np.sum(top == batch_labels))
-        samples += len(ref_top)
+        samples += n
         if progress:
             progress("evaluating on held-apart samples", samples, max(total, samples))
     if samples == 0:
@@ -132,5 +140,20 @@ def compare(reference: onnx.ModelProto, candidate: onnx.ModelProto,
     return compare_many(reference, {"candidate": candidate}, data, labels, providers)["candidate"]
 
 
+def _noise(ref: np.ndarray, got: np.ndarray) -> float:
+    """sum((ref - got)^2). When a detector's INT8 model keeps another number of rows
+    (detections above its score threshold), the rows both have are compared and every
+    other row counts whole; outputs of other shapes count whole."""
+    if ref.shape == got.shape:
+        return float(np.sum((ref - got) ** 2))
+    if ref.ndim and ref.ndim == got.ndim and ref.shape[1:] == got.shape[1:]:
+        k = min(len(ref), len(got))
+        return float(np.sum((ref[:k] - got[:k]) ** 2) + np.sum(ref[k:] ** 2)
+                     + np.sum(got[k:] ** 2))
+    return float(np.sum(ref * ref) + np.sum(got * got))
+
+
 def _top1(out: np.ndarray) -> np.ndarray:
+    if out.ndim > 1 and out.size == 0:  # a detector's rows when it found nothing
+        return np.full(out.shape[0], -1)
     return out.reshape(out.shape[0], -1).argmax(axis=-1) if out.ndim > 1 else out
