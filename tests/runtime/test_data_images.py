@@ -76,6 +76,26 @@ def test_dynamic_image_size_keeps_the_image_size(tmp_path):
     assert [f["x"].shape for f in same] == [(2, 3, 6, 5)]
 
 
+CHW = parse(HEAD + "g (float[3,H,W] image) => (float[3,H,W] y) { y = Relu(image) }")
+HWC = parse(HEAD + "g (float[8,8,3] image) => (float[8,8,3] y) { y = Relu(image) }")
+VECTOR = parse(HEAD + "g (float[N,12] x) => (float[N,12] y) { y = Relu(x) }")
+
+
+def test_a_model_without_a_batch_axis_takes_each_image_as_it_is(tmp_path):
+    """torchvision's detectors take image [3, H, W]: an image folder fed only 4-D inputs
+    ('not an image batch')."""
+    folder, pixels = _images(tmp_path, sizes=((10, 12), (9, 7)))
+    data = open_data(folder, CHW, preprocess=Preprocess.parse("scale=1/255"))
+    runs = list(data)
+    assert [f["image"].shape for f in runs] == [(3, 10, 12), (3, 9, 7)]
+    np.testing.assert_allclose(runs[1]["image"], _expected(pixels[1], (9, 7), 1 / 255, 0, 1,
+                                                           False), atol=1e-6)
+    hwc = open_data(folder, HWC, preprocess=Preprocess.parse("layout=NHWC,scale=1"))
+    assert [f["image"].shape for f in hwc] == [(8, 8, 3)] * 2  # resized to the model's
+    with pytest.raises(GraphfixError, match=r"\[N, 12\] is not an image or a batch of im"):
+        open_data(folder, VECTOR, preprocess=Preprocess.parse("scale=1"))
+
+
 @pytest.mark.parametrize(("model", "text", "message"), [
     (NHWC, "layout=NCHW", r"has 8 channels in layout NCHW.*Pass the other layout="),
     (NCHW, "resize=10", r"becomes 10x10, but input 'x' \[N, 3, 8, 8\] has height 8"),

@@ -3,7 +3,8 @@
 Each image (sorted by file name) is one sample: read with Pillow, converted to RGB
 (`bgr` flips the channels), resized to (height, width) with bilinear filtering,
 multiplied by `scale`, then normalized per channel as (x - mean) / std, and laid
-out as CHW (NCHW models) or HWC (NHWC models). `mean` and `std` are in the model's
+out as CHW (NCHW models) or HWC (NHWC models); a model input of rank 3 takes the image
+itself (torchvision's detectors: [3, H, W], no batch axis). `mean` and `std` are in the model's
 channel order, i.e. after the `bgr` flip. Without `resize`, images are resized to
 the model's static height and width; when those are dynamic, images keep their size.
 Pillow is imported only here, and only when an image folder is used.
@@ -208,16 +209,19 @@ def _float_dtype(info) -> np.dtype:
     return info.dtype
 
 
-def _channel_axes(spec: Preprocess) -> tuple[int, int, int]:
-    """(channel, height, width) axes of the model input for the layout."""
-    return (1, 2, 3) if spec.layout == "NCHW" else (3, 1, 2)
+def _channel_axes(spec: Preprocess, rank: int = 4) -> tuple[int, int, int]:
+    """(channel, height, width) axes of the model input for the layout: a batch of images
+    (rank 4), or one image with no batch axis (rank 3: torchvision's detectors take
+    [3, H, W])."""
+    c, h, w = (1, 2, 3) if spec.layout == "NCHW" else (3, 1, 2)
+    return c - (4 - rank), h - (4 - rank), w - (4 - rank)
 
 
 def _model_size(info, spec: Preprocess) -> tuple[int, int] | None:
     """The model's static (height, width), or None when both are dynamic."""
-    if info.dims is None or len(info.dims) != 4:
+    if info.dims is None or len(info.dims) not in (3, 4):
         return None
-    _, h, w = (info.dims[a] for a in _channel_axes(spec))
+    _, h, w = (info.dims[a] for a in _channel_axes(spec, len(info.dims)))
     if isinstance(h, int) and isinstance(w, int):
         return h, w
     if isinstance(h, int) or isinstance(w, int):
@@ -239,13 +243,14 @@ def _check_image(info, spec: Preprocess, shape: tuple[int, int, int], path: Path
     dims = info.dims
     if dims is None:
         return
-    if len(dims) != 4:
+    if len(dims) not in (3, 4):
         raise GraphfixError(
-            f"Input '{info.name}' {show_dims(dims)} is not an image batch",
-            "an image folder feeds 4-D inputs (NCHW or NHWC)",
+            f"Input '{info.name}' {show_dims(dims)} is not an image or a batch of images",
+            "an image folder feeds 4-D inputs (NCHW or NHWC) or single images without a "
+            "batch axis (CHW or HWC)",
             "write a data-loader script (--data-loader-script file.py:load_data)",
         )
-    c, h, w = (dims[a] for a in _channel_axes(spec))
+    c, h, w = (dims[a] for a in _channel_axes(spec, len(dims)))
     if isinstance(c, int) and c != 3:
         raise GraphfixError(
             f"Input '{info.name}' {show_dims(dims)} has {c} channels in layout {spec.layout}",
