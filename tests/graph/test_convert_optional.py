@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 
 from graphfix import api
 from graphfix.graph.convert import to_graph, to_model
+from graphfix.report import PassStatus
 
 
 def _model() -> onnx.ModelProto:
@@ -67,3 +68,46 @@ def test_a_model_with_optionals_is_rewritten_and_checked():
         got = ort.InferenceSession(result.model.SerializeToString(), options).run(None, feeds)
         np.testing.assert_array_equal(got[0], want[0])
         assert bool(got[1]) == bool(want[1]) == cond
+
+
+def _zipmap_model() -> onnx.ModelProto:
+    """scikit-learn's classifier tail (skl2onnx): probabilities -> ai.onnx.ml ZipMap, a
+    sequence of maps, beside a label Cast to its own type (what eliminate-noops removes)."""
+    seq_map = helper.make_sequence_type_proto(helper.make_map_type_proto(
+        TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, None)))
+    nodes = [helper.make_node("ArgMax", ["p"], ["label"], axis=1, keepdims=0),
+             helper.make_node("Cast", ["label"], ["output_label"], to=TensorProto.INT64),
+             helper.make_node("ZipMap", ["p"], ["output_probability"], domain="ai.onnx.ml",
+                              classlabels_int64s=[0, 1])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("p", TensorProto.FLOAT, ["N", 2])],
+        [helper.make_tensor_value_info("output_label", TensorProto.INT64, ["N"]),
+         helper.make_value_info("output_probability", seq_map)])
+    model = helper.make_model(graph, ir_version=8, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_a_sequence_of_maps_keeps_its_type():
+    """gs 0.6.1 imports ZipMap's output as a sequence of UNDEFINED tensors and wrote it
+    back so: every changing pass on a scikit-learn classifier was rolled back (shape
+    inference: 'type case mismatch, existing=tensor_type inferred=map_type')."""
+    model = _zipmap_model()
+    back = to_model(to_graph(model), model)
+    assert back.graph.output[1].type == model.graph.output[1].type
+    result = api.run(model, "eliminate-noops")
+    assert [n.op_type for n in result.model.graph.node] == ["ArgMax", "ZipMap"]
+    assert not result.report.rolled_back
+    onnx.checker.check_model(result.model, full_check=True)
+    assert result.model.graph.output[1].type == model.graph.output[1].type
+    feeds = {"p": np.array([[0.2, 0.8], [0.9, 0.1]], np.float32)}
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model.SerializeToString(), options).run(None, feeds)
+    got = ort.InferenceSession(result.model.SerializeToString(), options).run(None, feeds)
+    np.testing.assert_array_equal(got[0], want[0])
+    assert got[1] == want[1]
+    again = api.run(result.model, "eliminate-noops")
+    assert [n.op_type for n in again.model.graph.node] == ["ArgMax", "ZipMap"]
+    assert [p.status for p in again.report.passes] == [PassStatus.UNCHANGED]

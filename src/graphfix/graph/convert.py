@@ -179,13 +179,19 @@ def export(graph: gs.Graph, max_elements: int | None = None) -> onnx.ModelProto:
     """gs.export_onnx, also for tensors of optional type: onnx-graphsurgeon 0.6.1 imports
     them (its dtype: the element's TypeProto) but its exporter knows tensor, sequence and
     sparse types only (UnboundLocalError). They are exported untyped, then given their
-    type back by name."""
+    type back by name; so are tensors whose type the import kept (`kept_type`: a
+    sequence of maps, which gs would write as a sequence of tensors)."""
     odd: dict[str, onnx.TypeProto] = {}
     held = []
     for g in all_graphs(graph):
         for tensor in tensor_map(g).values():
             kind = getattr(tensor, "type", "tensor_type")
-            if (isinstance(tensor, gs.Variable) and kind not in _GS_EXPORTS
+            kept = tensor.__dict__.get("kept_type")  # graph.importer: a type gs cannot write
+            if kept is not None and isinstance(tensor, gs.Variable):
+                odd[tensor.name] = kept
+                held.append((tensor, tensor.dtype))
+                tensor.dtype = None
+            elif (isinstance(tensor, gs.Variable) and kind not in _GS_EXPORTS
                     and tensor.dtype is not None):
                 odd[tensor.name] = _type_proto(kind, tensor.dtype)
                 held.append((tensor, tensor.dtype))

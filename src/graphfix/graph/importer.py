@@ -15,8 +15,10 @@ rare is still gs's own code: a model with local functions is imported by gs whol
 a node whose attributes hold a graph (If/Loop/Scan bodies), a reference to a function
 attribute or a type gs does not convert has its attributes imported by gs (bodies
 included); a tensor whose type is not a plain tensor type, or whose element type numpy
-lacks, is gs's `import_tensor`. One thing gs 0.6.1 loses is kept on request
-(`keep_types`): a main-graph node's TYPE_PROTO attributes (Optional's `type`).
+lacks, is gs's `import_tensor`. What gs 0.6.1 loses is kept: a main-graph node's
+TYPE_PROTO attributes (Optional's `type`) on request (`keep_types`), and the type of a
+main-graph input, output or value_info gs cannot write back (a sequence of maps:
+`kept_type`).
 """
 
 from __future__ import annotations
@@ -153,7 +155,10 @@ def _value_info(info: onnx.ValueInfoProto) -> gs.Variable:
     if not kind.ByteSize():
         return _variable(info.name)
     if kind.WhichOneof("value") != "tensor_type":
-        return OnnxImporter.import_tensor(info)
+        tensor = OnnxImporter.import_tensor(info)
+        if not _gs_exports(kind):
+            tensor.__dict__["kept_type"] = onnx.TypeProto.FromString(kind.SerializeToString())
+        return tensor
     tensor_type = kind.tensor_type
     dtype = _numpy_type(tensor_type.elem_type)
     if dtype is None:
@@ -166,6 +171,19 @@ def _value_info(info: onnx.ValueInfoProto) -> gs.Variable:
             shape.append(dim.dim_param if which == "dim_param" else
                          dim.dim_value if which == "dim_value" else None)
     return _variable(info.name, dtype, shape)
+
+
+def _gs_exports(kind: onnx.TypeProto) -> bool:
+    """Whether gs 0.6.1 writes this non-tensor type back as it was: a sequence of tensors
+    of a numpy element type, a sparse tensor, an optional (`graph.convert.export` types
+    those). Not a map, or a sequence of maps (scikit-learn's ZipMap output): such a
+    tensor keeps its TypeProto as `kept_type`, which the export writes back."""
+    which = kind.WhichOneof("value")
+    if which == "sequence_type":
+        elem = kind.sequence_type.elem_type
+        return (elem.WhichOneof("value") == "tensor_type"
+                and _numpy_type(elem.tensor_type.elem_type) is not None)
+    return which in ("sparse_tensor_type", "optional_type")
 
 
 class _Importer:
