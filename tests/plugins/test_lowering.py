@@ -41,6 +41,9 @@ class _Without:
 def _graph(op: str, inputs: int = 1, opset: int = 17, shape=(2, 6, 4, 4), **attrs) -> gs.Graph:
     names = ["x", "s", "b"][:inputs]
     inits = [numpy_helper.from_array(np.ones([shape[1]], np.float32), n) for n in names[1:]]
+    if op == "Resize":  # X, roi, scales
+        names = ["x", "", "scales"]
+        inits = [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
     node = helper.make_node(op, names, ["y"], name="n", **attrs)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F, shape)],
                               [helper.make_tensor_value_info("y", F, shape)], inits)
@@ -55,6 +58,8 @@ SAMPLES = {  # one node per op type, with the attributes that make it emit the m
     "Gelu": dict(opset=20, approximate="tanh"),
     "HardSigmoid": {}, "HardSwish": dict(opset=14), "Mish": dict(opset=18), "Softplus": {},
     "Einsum": dict(opset=12, shape=(3, 3), equation="ij->ji"),
+    "Resize": dict(opset=13, mode="cubic", exclude_outside=1,
+                   coordinate_transformation_mode="pytorch_half_pixel"),
 }
 
 

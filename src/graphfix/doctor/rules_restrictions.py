@@ -37,6 +37,9 @@ BRANCHES = (f"{STATIC}: an If whose condition becomes a constant is replaced by 
 DROPOUT = ("fold-constants, then eliminate-noops (removes a Dropout whose training_mode is "
            "false); a Dropout in training mode has to go before export")
 CHANGE = "change the model so the node meets the restriction (re-export with other settings)"
+CUBIC = ("lower-unsupported (graphfix run --trt VERSION) writes a cubic Resize of a float32 "
+         "rank-2 or rank-4 input (the last two axes) as Gather/Mul/Add; otherwise re-export "
+         "with mode linear")
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ RESTRICTIONS: tuple[Restriction, ...] = (
     Restriction(r"^`x_zero_point` must be zero$", checks.reported_elsewhere),
     Restriction(r"^`reduction` (?:other than `none` )?is not supported$", attrs.reduction_none),
     Restriction(r"^`seed` value is ignored by TensorRT$", attrs.seed_ignored),
+    Restriction(r"^Supported (resize) modes", attrs.resize_mode, CUBIC),
     Restriction(r"^Supported (resize transformation|resize|nearest|aspect ratio) "
                 r"(?:modes|policy)", attrs.resize_mode),
     Restriction(r"^Antialiasing is not supported$", attrs.no_antialias),

@@ -133,8 +133,9 @@ class _Plan:
 
 class LowerUnsupported(Pass):
     """Lower LayerNormalization, GroupNormalization (opset 18 per group, 21 per channel),
-    InstanceNormalization, Gelu (none, tanh), HardSwish, HardSigmoid, Mish, Softplus and
-    matrix-multiply Einsum equations into ops the `--trt` target parses; and any other op
+    InstanceNormalization, Gelu (none, tanh), HardSwish, HardSigmoid, Mish, Softplus,
+    matrix-multiply Einsum equations and cubic Resize (Keypoint R-CNN's heatmaps; no
+    TensorRT version takes mode cubic) into ops the `--trt` target parses; and any other op
     ONNX defines by a function body (RMSNormalization, RotaryEmbedding, Attention with
     its mask, causal and grouped-query forms, past and present key/values) into its body,
     whose ops the target lacks but that have bodies of their own expanded in turn

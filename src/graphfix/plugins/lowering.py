@@ -42,8 +42,9 @@ Ops without one here that ONNX defines by a function body are lowered by that bo
 what in the target row's restrictions text rules a node out). `lowering_for(op,
 target)` is the lowering whose emitted ops the target parses, directly or lowered in
 turn (doctor names `lower-unsupported` as the fix when there is one); `unavailable`
-lists emitted ops a target can do neither with. Einsum's planner is `plugins.einsum`. The
-pass is `graphfix.passes.lower_unsupported`.
+lists emitted ops a target can do neither with. Einsum's planner is `plugins.einsum`, cubic
+Resize's (a mode no TensorRT version lists) `plugins.resize`. The pass is
+`graphfix.passes.lower_unsupported`.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from onnx import helper
 from onnx.defs import onnx_opset_version
 
 from graphfix.graph import constant_value, fresh_name, is_graph_output
+from graphfix.plugins import resize
 from graphfix.plugins.einsum import einsum, einsum_restricted, rank_of
 
 Emit = Callable[["Builder"], None]
@@ -424,6 +426,7 @@ LOWERINGS: dict[str, Lowering] = {
         Lowering("Softplus", frozenset({"Exp", "Add", "Log"}), _softplus),
         Lowering("Einsum", frozenset({"Transpose", "MatMul", "Identity"}), einsum,
                  einsum_restricted),
+        Lowering("Resize", resize.EMITS, resize.cubic_resize, resize.resize_restricted),
     )
 }
 
