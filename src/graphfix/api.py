@@ -109,6 +109,7 @@ def run(
     keep_weights: bool = True,
     check_each: bool = False,
     data_key: str | None = None,
+    preprocess: str | None = None,
 ) -> Result:
     """Run a pipeline of passes, verifying after each (see `graphfix.passes.manager`):
     `graphfix run` (docs/cli/run.md) is this function and printing.
@@ -117,7 +118,8 @@ def run(
     compared with the original's after every pass on seeded random inputs (see
     `graphfix.runtime.feeds`: `input_values` fixes inputs, {"sr": 16000}), or on the
     first sample of `data` (anything `graphfix calibrate --data` reads; `data_key` picks
-    the array of a single .npz, as --data-key does); dynamic dims
+    the array of a single .npz, as --data-key does; `preprocess` reads an image folder,
+    as --preprocess does); dynamic dims
     come from the data, else `input_shapes`, else axis 0 = 1, else a GraphfixError says
     what to pass. The passes that change numbers are checked together, by one run of the
     model at the end, and the run is repeated with a check after each when that fails
@@ -167,7 +169,8 @@ def run(
         if dump_after:
             on_pass_done = runfiles.dumper(out, dump_after, files, written, on_pass_done)
         prepared = _prepare(source, pipeline, check, input_shapes, data, input_values, seed,
-                            providers, trt, plugin_rules, data_key=data_key)
+                            providers, trt, plugin_rules, data_key=data_key,
+                            preprocess=preprocess)
         replaces = path if in_place else None
         # a model read from a path has its weights left in their files, so the early
         # copy is small; an in-memory one would be copied whole
@@ -345,7 +348,7 @@ def _prepare(model: ModelLike, passes: str | Pipeline | None, check: bool,
              input_values: Mapping[str, InputValue] | None, seed: int,
              providers: Sequence[str], trt: str | None,
              plugin_rules: Sequence[str | os.PathLike] = (),
-             data_key: str | None = None) -> _Prepared:
+             data_key: str | None = None, preprocess: str | None = None) -> _Prepared:
     pipeline = _pipeline(passes, trt)
     rules: list[Any] = []
     if plugin_rules:
@@ -372,7 +375,7 @@ def _prepare(model: ModelLike, passes: str | Pipeline | None, check: bool,
     # last: the original starts running in the background here, and a process that exits
     # on an error while onnxruntime runs in a thread aborts (exit 134, not the error's 2)
     shapes, output_check = _prepare_check(source, given, check, data, input_values, seed,
-                                          providers, data_key)
+                                          providers, data_key, preprocess)
     return _Prepared(source, pipeline, shapes, output_check, target, tuple(rules))
 
 
@@ -433,7 +436,8 @@ def bisect(
     run_options.pop("check_each", None)  # a rewrite budget checks after each pass anyway
     hooks = {k: run_options.pop(k) for k in ("on_pass_start", "on_pass_done")
              if k in run_options}
-    options = {"input_shapes": None, "data": None, "data_key": None, "input_values": None,
+    options = {"input_shapes": None, "data": None, "data_key": None, "preprocess": None,
+               "input_values": None,
                "seed": DEFAULT_SEED, "providers": ("cpu",), "trt": None, "plugin_rules": ()}
     unknown = set(run_options) - set(options)
     if unknown:
@@ -483,7 +487,8 @@ _EVERY_REWRITE = 2**62  # a limit no run reaches: the probe that counts every re
 
 def _prepare_check(source: onnx.ModelProto, given: dict[str, tuple[int, ...]], check: bool,
                    data: str | os.PathLike | None, values: Mapping[str, InputValue] | None,
-                   seed: int, providers: Sequence[str], data_key: str | None = None
+                   seed: int, providers: Sequence[str], data_key: str | None = None,
+                   preprocess: str | None = None
                    ) -> tuple[dict[str, tuple[int, ...]], OutputCheck]:
     """(every input's shape, the output check): with `data`, the data's shapes."""
     inputs = graph_inputs(source)
@@ -501,7 +506,8 @@ def _prepare_check(source: onnx.ModelProto, given: dict[str, tuple[int, ...]], c
         return shapes, OutputCheck.prepare(source, shapes, None, seed, providers, values,
                                            background=True)
     output_check = OutputCheck.prepare(source, {}, data, seed, providers, values,
-                                       background=True, data_key=data_key)
+                                       background=True, data_key=data_key,
+                                       preprocess=preprocess)
     shapes = {k: tuple(v.shape) for k, v in output_check.feeds.items()}
     for name, shape in given.items():
         if name in shapes and shapes[name] != shape:

@@ -32,6 +32,7 @@ def check(
     *,
     data: PathLike | None = None,
     data_key: str | None = None,
+    preprocess: str | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     input_values: Mapping[str, Any] | None = None,
     samples: int | None = None,
@@ -60,11 +61,12 @@ def check(
     read as detections, matched by IoU).
 
     `samples` (default 3): the first ones of `data` (anything `graphfix calibrate --data`
-    reads), else seeded random inputs (`seed`, sample i with seed + i; `input_shapes`
-    sizes dynamic dims; `input_values` fixes inputs). `mode`: strict (tolerances per
-    dtype, or `atol`/`rtol`), sqnr (quantized candidates, `sqnr_threshold` dB), auto:
-    sqnr when the candidate has Q/DQ. `run_report`: a `graphfix run --report` JSON whose
-    renames and removals map the tensors (default: the candidate's provenance).
+    reads; `preprocess` for an image folder, as --preprocess), else seeded random inputs
+    (`seed`, sample i with seed + i; `input_shapes` sizes dynamic dims; `input_values`
+    fixes inputs). `mode`: strict (tolerances per dtype, or `atol`/`rtol`), sqnr
+    (quantized candidates, `sqnr_threshold` dB), auto: sqnr when the candidate has Q/DQ.
+    `run_report`: a `graphfix run --report` JSON whose renames and removals map the
+    tensors (default: the candidate's provenance).
     `engine`: a serialized TensorRT engine to run instead of `candidate` (its tensors are
     named by `reference`); `trt_engine`: build one from `candidate` (or from `reference`
     when there is no candidate) with `trt_precision` and `trt_workspace` (both need
@@ -88,7 +90,7 @@ def check(
         result, cand = _compare(reference, candidate, data, data_key, input_shapes, input_values,
                           samples or DEFAULT_SAMPLES, seed, mode, atol, rtol, sqnr_threshold,
                           run_report, memory_budget, providers, engine, trt_engine,
-                          trt_precision, trt_workspace, detections, progress)
+                          trt_precision, trt_workspace, detections, progress, preprocess)
         if trt is not None and not detections:
             from graphfix.doctor import diagnose
             from graphfix.trt import parse_target
@@ -109,7 +111,7 @@ def check(
 
 def _compare(reference, candidate, data, data_key, input_shapes, input_values, count, seed,
              mode, atol, rtol, sqnr_threshold, run_report, memory_budget, providers, engine,
-             trt_engine, trt_precision, trt_workspace, detections, progress):
+             trt_engine, trt_precision, trt_workspace, detections, progress, preprocess=None):
     from graphfix import provenance
     from graphfix.check.layerwise import compare_layerwise, has_qdq, tensor_names
     from graphfix.check.samples import check_samples, tolerance_override
@@ -125,7 +127,8 @@ def _compare(reference, candidate, data, data_key, input_shapes, input_values, c
         renamed, removed = _from_report(Path(run_report))
     if cand is not ref:
         _refuse_other_inputs(ref, cand, renamed)
-    feeds = check_samples(ref, data, data_key, input_shapes or {}, count, seed, input_values)
+    feeds = check_samples(ref, data, data_key, input_shapes or {}, count, seed, input_values,
+                          preprocess)
     if detections:
         from graphfix.nms.compare import compare_models
 

@@ -20,10 +20,11 @@ from graphfix.runtime.tolerances import Tolerance, tolerance_for
 
 def check_samples(model: onnx.ModelProto, data: str | os.PathLike | None, data_key: str | None,
                   input_shapes: Mapping[str, Sequence[int]], count: int, seed: int,
-                  values: Mapping[str, Sequence[float | int]] | None = None
-                  ) -> list[dict[str, np.ndarray]]:
+                  values: Mapping[str, Sequence[float | int]] | None = None,
+                  preprocess: str | None = None) -> list[dict[str, np.ndarray]]:
     """`count` samples (one run's batch each: 1, or the model's static batch): the first
-    ones of `data` (anything `graphfix calibrate --data` reads; its shapes, no
+    ones of `data` (anything `graphfix calibrate --data` reads, image folders with
+    `preprocess`, its --preprocess text; its shapes, no
     `input_shapes` needed), else seeded random inputs (`runtime.feeds.model_feeds`:
     `values` fixes inputs), sample i with seed+i, dynamic dims from `input_shapes`
     ({name: dims}) or the usual defaults."""
@@ -32,7 +33,7 @@ def check_samples(model: onnx.ModelProto, data: str | os.PathLike | None, data_k
         from graphfix.runtime.data import open_runs
         from graphfix.runtime.values import with_values
 
-        source = open_runs(data, model, data_key=data_key, runs=count)
+        source = open_runs(data, model, data_key=data_key, runs=count, preprocess=preprocess)
         return [with_values(model, feeds, values) for feeds in islice(iter(source), count)]
     inputs = graph_inputs(model)
     shapes = resolve_shapes(inputs, {k: tuple(v) for k, v in input_shapes.items()})

@@ -19,9 +19,7 @@ def calibrate_command(
     model: Path = typer.Argument(..., help="The FP32 ONNX model (never modified)."),
     data: Path = opt.data(),
     data_key: str = opt.data_key(),
-    preprocess: str = typer.Option(None, "--preprocess", help="For image folders: e.g. "
-                                   "resize=224,layout=NCHW,scale=1/255,mean=0.485/0.456/"
-                                   "0.406,std=0.229/0.224/0.225,bgr"),
+    preprocess: str = opt.preprocess(),
     loader_script: str = opt.data_loader_script(),
     samples: int = opt.samples(),
     batch_size: int = typer.Option(1, "--batch-size", min=1,

@@ -23,6 +23,7 @@ def check_command(
                                      "--trt-engine to build REFERENCE."),
     data: Path = opt.data(),
     data_key: str = opt.data_key(),
+    preprocess: str = opt.preprocess(),
     input_shape: list[str] = opt.input_shape(),
     input_value: list[str] = opt.input_value(),
     samples: int = opt.samples(),
@@ -67,7 +68,7 @@ def check_command(
         if trt is not None and CHECK_TRT.old(trt):  # `check --trt CANDIDATE`, the old flag
             raise CHECK_TRT.error(f"--trt {trt}")
         result = api.check(
-            reference, candidate, data=data, data_key=data_key,
+            reference, candidate, data=data, data_key=data_key, preprocess=preprocess,
             input_shapes=dict(parse_input_shape(s) for s in input_shape or []),
             input_values=input_values(input_value), samples=samples, seed=seed, mode=mode,
             atol=atol, rtol=rtol, sqnr_threshold=sqnr, run_report=run_report,

@@ -40,8 +40,14 @@ def data() -> Any:
     return typer.Option(
         None, "--data",
         help="Real inputs instead of random ones: an .npz (input name -> array with a "
-        "leading sample axis), a .npy, a folder of .npy/.npz files or images (calibrate "
+        "leading sample axis), a .npy, a folder of .npy/.npz files or images (with "
         "--preprocess); float64 is cast to float32. Shapes come from the data.")
+
+
+def preprocess() -> Any:
+    return typer.Option(None, "--preprocess", help="For image folders: e.g. "
+                        "resize=224,layout=NCHW,scale=1/255,mean=0.485/0.456/0.406,"
+                        "std=0.229/0.224/0.225,bgr")
 
 
 def data_key() -> Any:

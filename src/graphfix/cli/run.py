@@ -54,6 +54,7 @@ def run_command(
     input_shape: list[str] = opt.input_shape(),
     data: Path = opt.data(),
     data_key: str = opt.data_key(),
+    preprocess: str = opt.preprocess(),
     input_value: list[str] = opt.input_value(),
     seed: int = opt.seed(),
     providers: str = opt.providers(),
@@ -102,6 +103,7 @@ def run_command(
         pipeline = parse_pipeline(passes if passes is not None else default_pipeline(trt))
         shapes = dict(parse_input_shape(s) for s in input_shape or [])
         options = dict(check=check, check_each=check_each_pass, data_key=data_key,
+                       preprocess=preprocess,
                        input_shapes=shapes, data=data,
                        input_values=input_values(input_value), seed=seed,
                        providers=providers, trt=trt, max_rewrites=max_rewrites,

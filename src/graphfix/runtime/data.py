@@ -229,39 +229,46 @@ def run_batch(model: onnx.ModelProto) -> int:
 
 
 def open_runs(source: str | os.PathLike, model: onnx.ModelProto, *,
-              data_key: str | None = None, runs: int = 1) -> CalibrationData:
+              data_key: str | None = None, runs: int = 1,
+              preprocess: str | Preprocess | None = None) -> CalibrationData:
     """The first `runs` runs' worth of anything `open_data` reads, for a command with no
     --batch-size: `run_batch` samples a run, or one where the model's static axis 0
     is not a batch axis and the data says so (torchvision's detectors take an image
-    [3, H, W]: [N, 3, H, W] data is N images, not rows of a batch of 3)."""
+    [3, H, W]: [N, 3, H, W] data is N images, not rows of a batch of 3). `preprocess`
+    (its --preprocess text or parsed) reads an image folder."""
     batch = run_batch(model)
+    if isinstance(preprocess, str):
+        preprocess = Preprocess.parse(preprocess)
     try:
         return open_data(source, model, data_key=data_key, max_samples=runs * batch,
-                         batch_size=batch, batch_option=None)
+                         batch_size=batch, batch_option=None, preprocess=preprocess)
     except GraphfixError as err:
         if batch == 1:
             raise
         try:
             return open_data(source, model, data_key=data_key, max_samples=runs,
-                             batch_size=1, batch_option=None)
+                             batch_size=1, batch_option=None, preprocess=preprocess)
         except GraphfixError:
             raise err from None
 
 
 def first_feeds(source: str | os.PathLike, model: onnx.ModelProto,
-                data_key: str | None = None) -> dict[str, np.ndarray]:
+                data_key: str | None = None,
+                preprocess: str | Preprocess | None = None) -> dict[str, np.ndarray]:
     """The first run's inputs of anything `open_data` reads, for a command with no
     --batch-size (the per-pass check of `graphfix run`): `run_batch` samples; when every
     input's axis 0 is dynamic, the first file's own stack (an .npz of [2, 3, 32, 32] runs
-    as batch 2), at most `OWN_BATCH_MAX` samples of it."""
-    data = open_runs(source, model, data_key=data_key)
+    as batch 2), at most `OWN_BATCH_MAX` samples of it. `preprocess`: as `open_runs`."""
+    if isinstance(preprocess, str):
+        preprocess = Preprocess.parse(preprocess)
+    data = open_runs(source, model, data_key=data_key, preprocess=preprocess)
     blocks = data._source.blocks
     free = all(i.dims is None or (i.dims and not isinstance(i.dims[0], int))
                for i in data.inputs)
     own = min(_first_file_rows(blocks), OWN_BATCH_MAX) if blocks and free else 1
     if own > 1:
         data = open_data(source, model, data_key=data_key, max_samples=own, batch_size=own,
-                         batch_option=None)
+                         batch_option=None, preprocess=preprocess)
     return next(iter(data))
 
 
@@ -337,8 +344,8 @@ def _folder(path: Path, checker: FeedChecker, data_key: str | None,
     if preprocess is None:
         raise GraphfixError(
             f"The folder '{path}' holds images, but no --preprocess was given",
-            "how pixels become model inputs (size, layout, scale, mean, std) decides the "
-            "ranges calibration measures",
+            "how pixels become model inputs (size, layout, scale, mean, std) decides what "
+            "the model sees, and the ranges calibration measures",
             "pass e.g. --preprocess resize=224,layout=NCHW,scale=1/255,mean=0.485/0.456/"
             "0.406,std=0.229/0.224/0.225 (--preprocess scale=1/255 for plain [0, 1] pixels)",
         )

@@ -191,10 +191,12 @@ class OutputCheck:
         values: Mapping[str, InputValue] | None = None,
         background: bool = False,
         data_key: str | None = None,
+        preprocess: str | None = None,
     ) -> OutputCheck:
         """Make the inputs and run the original; a model onnxruntime cannot run is skipped,
         with why (`runtime.failures`). Inputs: the first run's worth of `data` (anything
-        `open_data` reads; `data_key` picks a single .npz's array), else `model_feeds`
+        `open_data` reads; `data_key` picks a single .npz's array, `preprocess` reads an
+        image folder), else `model_feeds`
         (seeded; `values` fixes inputs).
 
         With `background`, the original runs in a thread (onnxruntime releases the GIL)
@@ -205,7 +207,7 @@ class OutputCheck:
         if data is not None:
             from graphfix.runtime.data import first_feeds
 
-            feeds = first_feeds(data, model, data_key=data_key)
+            feeds = first_feeds(data, model, data_key=data_key, preprocess=preprocess)
             feeds, used_seed = with_values(model, feeds, values), None
         else:
             try:

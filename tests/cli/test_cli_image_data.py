@@ -1,0 +1,58 @@
+"""`run --data` and `check --data` read image folders as calibrate does, with
+--preprocess (they documented image folders but had no --preprocess to read them)."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from gfhelpers import parse
+from typer.testing import CliRunner
+
+from graphfix.cli.app import app
+
+Image = pytest.importorskip("PIL.Image")
+runner = CliRunner()
+NCHW = parse('<ir_version: 8, opset_import: ["" : 17]>' + """
+g (float[N,3,8,8] x) => (float[N,3,8,8] y) { r = Relu(x)
+    s = Identity(r)
+    y = Sigmoid(s) }""")
+
+
+def _images(tmp_path, count=3):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(count):
+        Image.fromarray(rng.integers(0, 256, (10 + i, 12, 3), dtype=np.uint8)).save(
+            folder / f"{i}.png")
+    return folder
+
+
+def test_run_and_check_read_an_image_folder_with_preprocess(tmp_path):
+    model, out, folder = tmp_path / "m.onnx", tmp_path / "o.onnx", _images(tmp_path)
+    onnx.save(NCHW, model)
+    ran = runner.invoke(app, ["run", str(model), "-p", "cleanup", "-o", str(out), "--data",
+                              str(folder), "--preprocess", "scale=1/255", "--report",
+                              str(tmp_path / "r.json")])
+    assert ran.exit_code == 0, ran.output
+    check = json.loads((tmp_path / "r.json").read_text())["check"]
+    assert check["enabled"] and check["data"].endswith("imgs")
+    assert check["inputs"] == {"x": "float32[1x3x8x8]"}  # resized to the model's size
+    checked = runner.invoke(app, ["check", str(model), str(out), "--data", str(folder),
+                                  "--preprocess", "scale=1/255", "--json"])
+    assert checked.exit_code == 0, checked.output
+    report = json.loads(checked.stdout)
+    assert report["passed"] and report["samples"] == 3
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_an_image_folder_without_preprocess_says_how(tmp_path, command):
+    model, folder = tmp_path / "m.onnx", _images(tmp_path, 1)
+    onnx.save(NCHW, model)
+    args = [command, str(model)] + ([str(model)] if command == "check" else
+                                    ["-o", str(tmp_path / "o.onnx")])
+    result = runner.invoke(app, [*args, "--data", str(folder)])
+    assert result.exit_code == 2
+    assert "holds images, but no --preprocess was given" in result.output
+    assert "--preprocess scale=1/255" in result.output
