@@ -256,3 +256,22 @@ def spy(monkeypatch, owner, name: str, record) -> list:
 
     monkeypatch.setattr(owner, name, spied)
     return seen
+
+
+def contrib_gelu_mlp() -> onnx.ModelProto:
+    """x [n, 8] -> MatMul 'fc1' -> com.microsoft Gelu 'gelu' (g: no type for ONNX's
+    inference) -> MatMul 'fc2' -> y [n, 4]; seeded weights w1, w2."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+             helper.make_node("Gelu", ["h"], ["g"], name="gelu", domain="com.microsoft"),
+             helper.make_node("MatMul", ["g", "w2"], ["y"], name="fc2")]
+    model = build_model(
+        nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+        [numpy_helper.from_array(rng.standard_normal((8, 6)).astype(np.float32), "w1"),
+         numpy_helper.from_array(rng.standard_normal((6, 4)).astype(np.float32), "w2")],
+        checked=False)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model

@@ -160,20 +160,10 @@ def test_an_activation_shape_inference_cannot_type_keeps_its_readers_float():
     inference, so the statistics pass cannot expose it. The MatMul reading it stays float
     (weight too), with the reason; calibrate used to stop with 'no amax for 1 of the 2
     tensors to quantize'."""
-    from gfhelpers import build_model
-    from onnx import TensorProto, helper
+    from gfhelpers import contrib_gelu_mlp
 
     rng = np.random.default_rng(1)
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
-             helper.make_node("Gelu", ["h"], ["g"], name="gelu", domain="com.microsoft"),
-             helper.make_node("MatMul", ["g", "w2"], ["y"], name="fc2")]
-    model = build_model(
-        nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
-        [numpy_helper.from_array(rng.standard_normal((8, 6)).astype(np.float32), "w1"),
-         numpy_helper.from_array(rng.standard_normal((6, 4)).astype(np.float32), "w2")],
-        checked=False)
-    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    model = contrib_gelu_mlp()
     data = [{"x": rng.standard_normal((2, 8)).astype(np.float32)} for _ in range(3)]
     result = calibrate(model, data, ("minmax",))
     assert result.plan.activations == ("x",) and [w[1] for w in result.plan.weights] == ["fc1"]

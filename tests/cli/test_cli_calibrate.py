@@ -113,21 +113,10 @@ def test_a_model_tensorrt_will_not_parse_gets_one_note_naming_the_way(tmp_path):
     without Q/DQ: calibrate still writes the model (the reader of the untyped tensor
     float) and says so in one note, with the command that rewrites them."""
     import numpy as np
-    from gfhelpers import build_model
-    from onnx import TensorProto, helper, numpy_helper
+    from gfhelpers import contrib_gelu_mlp
 
     rng = np.random.default_rng(1)
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
-             helper.make_node("Gelu", ["h"], ["g"], name="gelu", domain="com.microsoft"),
-             helper.make_node("MatMul", ["g", "w2"], ["y"], name="fc2")]
-    model = build_model(
-        nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
-        [numpy_helper.from_array(rng.standard_normal((8, 6)).astype(np.float32), "w1"),
-         numpy_helper.from_array(rng.standard_normal((6, 4)).astype(np.float32), "w2")],
-        checked=False)
-    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    onnx.save(model, tmp_path / "m.onnx")
+    onnx.save(contrib_gelu_mlp(), tmp_path / "m.onnx")
     np.savez(tmp_path / "d.npz", x=rng.standard_normal((4, 8)).astype(np.float32))
     result = runner.invoke(app, ["calibrate", str(tmp_path / "m.onnx"), "--data",
                                  str(tmp_path / "d.npz"), "--json", "-o", str(tmp_path / "q.onnx")])
