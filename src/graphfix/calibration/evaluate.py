@@ -77,22 +77,16 @@ def compare_many(
     total = total_samples(data)
     for feeds in data:
         n = batch_samples(feeds, data)
-
-        def rows(out: np.ndarray, n: int = n) -> np.ndarray:
-            """The output with one row per sample: as it is when its axis 0 counts the
-            batch's samples; else (a detector's boxes [300, 4] for one image) one row."""
-            return out if out.ndim and out.shape[0] == n else out[np.newaxis]
-
         refs = [np.asarray(r) for r in ref_session.run(outputs, dict(feeds))]
         floats = [r.dtype.kind == "f" for r in refs]
         for i, r in enumerate(refs):
             if floats[i] and r.size and r.ndim:
-                r = rows(r)
+                r = _rows(r, n)
                 if first[i] is None:
                     first[i] = r[:1].copy()
                 constant[i] = constant[i] and r.shape[1:] == first[i].shape[1:] and \
                     bool(np.all(r == first[i]))
-        head = rows(refs[0])
+        head = _rows(refs[0], n)
         classifier = classifier and head.ndim == 2 and head.shape[1] >= 2
         ref_top = _top1(head)
         batch_labels = None
@@ -107,7 +101,7 @@ def compare_many(
                     r64, q64 = r.astype(np.float64), np.asarray(q, np.float64)
                     tally.signal[i] += float(np.sum(r64 * r64))
                     tally.noise[i] += _noise(r64, q64)
-            top = _top1(rows(np.asarray(outs[0])))
+            top = _top1(_rows(np.asarray(outs[0]), n))
             tally.agree += int(np.sum(top == ref_top)) if top.shape == ref_top.shape else 0
             if batch_labels is not None:
                 tally.correct += int(np.sum(top == batch_labels))
@@ -138,6 +132,12 @@ def compare(reference: onnx.ModelProto, candidate: onnx.ModelProto,
             providers: Sequence[str] = ("cpu",)) -> Agreement:
     """`compare_many` with one candidate."""
     return compare_many(reference, {"candidate": candidate}, data, labels, providers)["candidate"]
+
+
+def _rows(out: np.ndarray, n: int) -> np.ndarray:
+    """An output with one row per sample of a batch of `n`: as it is when its axis 0
+    counts them; else (a detector's boxes [300, 4] for one image) as one row."""
+    return out if out.ndim and out.shape[0] == n else out[np.newaxis]
 
 
 def _noise(ref: np.ndarray, got: np.ndarray) -> float:

@@ -328,7 +328,8 @@ def _foreign(node: onnx.NodeProto | None) -> str:
     if node is None or node.domain in ("", "ai.onnx"):
         return ""
     return (f" (it comes from {node.domain} {node.op_type}, which ONNX does not know; "
-            "`graphfix run MODEL --trt 10` writes onnxruntime's fused ops as standard ones)")
+            "`graphfix run MODEL` writes onnxruntime's fused ops as standard ones: its "
+            "unfuse-contrib pass)")
 
 
 def batch_samples(feeds: dict[str, np.ndarray], data: object = None) -> int:
