@@ -56,3 +56,32 @@ def test_an_image_folder_without_preprocess_says_how(tmp_path, command):
     assert result.exit_code == 2
     assert "holds images, but no --preprocess was given" in result.output
     assert "--preprocess scale=1/255" in result.output
+
+
+STRIDED = parse('<ir_version: 8, opset_import: ["" : 17]>' + """
+g (float[N,3,H,W] x) => (float[N,3,H,W] y) {
+    w = Constant<value = float[3,3,1,1] {1,0,0, 0,1,0, 0,0,1}>()
+    c = Conv(x, w)
+    p = MaxPool<kernel_shape = [2, 2], strides = [2, 2]>(c)
+    s = Constant<value = float[4] {1, 1, 2, 2}>()
+    u = Resize<mode = "nearest">(p, , s)
+    a = Add(c, u)
+    y = Conv(a, w) }""")
+
+
+def test_images_kept_at_odd_sizes_get_the_resize_hint(tmp_path):
+    """A network whose strides must divide the size (YOLOv8 at 480x640 failed in a Concat)
+    gets, with onnxruntime's reason, the sizes the images kept and the way: resize=."""
+    model, folder = tmp_path / "m.onnx", _images(tmp_path, 2)  # 10x12 and 11x12
+    onnx.save(STRIDED, model)
+    result = runner.invoke(app, ["calibrate", str(model), "--data", str(folder),
+                                 "--preprocess", "scale=1/255", "-o", str(tmp_path / "q.onnx")])
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert "onnxruntime cannot run the model on the calibration batch that starts at sample 2" \
+        in text
+    assert ("the images keep their own sizes (10x12, 11x12), as the model's height and width "
+            "are dynamic: pass resize=HxW in --preprocess") in text
+    ok = runner.invoke(app, ["calibrate", str(model), "--data", str(folder), "--preprocess",
+                             "scale=1/255,resize=8x12", "-o", str(tmp_path / "q.onnx")])
+    assert ok.exit_code == 0, ok.output

@@ -332,6 +332,11 @@ def _foreign(node: onnx.NodeProto | None) -> str:
             "unfuse-contrib pass)")
 
 
+def _hint(data: object) -> str:
+    hint = getattr(data, "hint", None)
+    return hint() if callable(hint) else ""
+
+
 def batch_samples(feeds: dict[str, np.ndarray], data: object = None) -> int:
     """Samples in one batch of `data`: as `data.rows` counts them where it can (an
     input without a batch axis, an image [3, H, W], is one sample a run), else the
@@ -377,7 +382,7 @@ class _Run:
                 f"onnxruntime cannot run the model on the calibration batch that starts at "
                 f"sample {done + 1}",
                 why, "give calibration data the model accepts (the values, ranges and dtypes "
-                "it was exported for)") from None
+                "it was exported for)" + _hint(self.data)) from None
 
     def _next(self, batches: Iterator[dict[str, np.ndarray]], done: int):
         """The next batch and its exposed tensors (None after the last batch)."""

@@ -172,6 +172,22 @@ class ImageFolder:
             self.blocks.append(checker.check(str(path), {info.name: (shape, self._dtype)}))
         self.label = f"{folder.name or folder}/ ({len(paths)} images, {spec})"
 
+    def hint(self) -> str:
+        """What to try when the model cannot run these images: images kept at their own
+        sizes (the model's are dynamic) may not fit a network that needs sizes its
+        strides divide."""
+        if self._size is not None:
+            return ""
+        return (f"; the images keep their own sizes ({self._sizes_text()}), as the model's "
+                "height and width are dynamic: pass resize=HxW in --preprocess with the size "
+                "the model was made for")
+
+    def _sizes_text(self) -> str:
+        spatial = (lambda s: s[-2:]) if self._spec.layout == "NCHW" else (lambda s: s[-3:-1])
+        sizes = list(dict.fromkeys(tuple(spatial(block.shapes[0])) for block in self.blocks))
+        shown = ", ".join("x".join(map(str, s)) for s in sizes[:3])
+        return shown + (f" and {len(sizes) - 3} more" if len(sizes) > 3 else "")
+
     def read(self, first: int = 0) -> Iterator[tuple[str, Mapping[str, Any]]]:
         for path in self._paths[first:]:
             yield str(path), {self._name: self._load(path)}

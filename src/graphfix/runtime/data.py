@@ -96,6 +96,12 @@ class CalibrationData:
                 pass
         return self._stop - self._start
 
+    def hint(self) -> str:
+        """What to add to "give data the model accepts" when onnxruntime cannot run a
+        batch of this data ("" when nothing is known to help)."""
+        hint = getattr(self._source, "hint", None)
+        return hint() if callable(hint) else ""
+
     def rows(self, feeds: dict[str, np.ndarray]) -> int:
         """Samples in one of the feed dicts this yields."""
         return self._checker.rows(feeds)
