@@ -85,3 +85,40 @@ def test_images_kept_at_odd_sizes_get_the_resize_hint(tmp_path):
     ok = runner.invoke(app, ["calibrate", str(model), "--data", str(folder), "--preprocess",
                              "scale=1/255,resize=8x12", "-o", str(tmp_path / "q.onnx")])
     assert ok.exit_code == 0, ok.output
+
+
+CLASSIFIER = parse('<ir_version: 8, opset_import: ["" : 17]>' + """
+g (float[N,3,8,8] x) => (float[N,3] logits) {
+    w = Constant<value = float[3,3,1,1] {1,0,0, 0,1,0, 0,0,1}>()
+    c = Conv(x, w)
+    pooled = GlobalAveragePool(c)
+    axes = Constant<value = int64[2] {2, 3}>()
+    logits = Squeeze(pooled, axes) }""")
+
+
+def test_labels_from_class_folders_give_an_accuracy(tmp_path):
+    """--labels folders: each image's label is its class folder's index; the classifier
+    here predicts the image's brightest channel, and folder cK holds images whose channel
+    K is brightest, so FP32's accuracy is 100%."""
+    folder = tmp_path / "classes"
+    rng = np.random.default_rng(0)
+    for k in range(3):
+        (folder / f"c{k}").mkdir(parents=True)
+        for i in range(4):
+            arr = rng.integers(0, 60, (8, 8, 3), dtype=np.uint8)
+            arr[..., k] += 150
+            Image.fromarray(arr).save(folder / f"c{k}" / f"{i}.png")
+    model = tmp_path / "m.onnx"
+    onnx.save(CLASSIFIER, model)
+    result = runner.invoke(app, ["calibrate", str(model), "--data", str(folder), "--preprocess",
+                                 "scale=1/255", "--labels", "folders", "--eval-split", "6",
+                                 "--json", "-o", str(tmp_path / "q.onnx")])
+    assert result.exit_code == 0, result.output
+    auto = json.loads(result.stdout)["methods"][0]
+    assert auto["method"] == "auto" and auto["samples"] == 6 and auto["reference_accuracy"] == 1.0
+    assert auto["accuracy"] == 1.0
+    flat = runner.invoke(app, ["calibrate", str(model), "--data", str(_images(tmp_path)),
+                               "--preprocess", "scale=1/255", "--labels", "folders",
+                               "-o", str(tmp_path / "q2.onnx")])
+    assert flat.exit_code == 2
+    assert "--labels folders needs class subfolders" in flat.output

@@ -153,3 +153,36 @@ def test_bad_preprocess_text_says_how_to_write_it(text, message):
     with pytest.raises(GraphfixError, match=message) as err:
         Preprocess.parse(text)
     assert "--preprocess resize=224,layout=NCHW,scale=1/255" in str(err.value)
+
+
+def _classes(tmp_path, counts=(3, 1, 2)):
+    """folder/CLASS/*.png, CLASS c0, c1, ... with `counts` images each; pixels encode
+    (class, image) in the first pixel so the order can be read back."""
+    folder = tmp_path / "classes"
+    for c, count in enumerate(counts):
+        (folder / f"c{c}").mkdir(parents=True)
+        for i in range(count):
+            arr = np.zeros((8, 8, 3), np.uint8)
+            arr[0, 0] = (c, i, 0)
+            Image.fromarray(arr).save(folder / f"c{c}" / f"{i}.png")
+    return folder
+
+
+def test_class_subfolders_interleave_and_label_each_image(tmp_path):
+    """ImageNet's val/ sorted into synsets (torchvision's ImageFolder layout): the images
+    come one class at a time in turn, so any first or last N cover every class, and each
+    carries its folder's index in name order (`--labels folders`)."""
+    folder = _classes(tmp_path)
+    data = open_data(folder, NCHW, preprocess=Preprocess.parse("scale=1"))
+    order = [(int(f["x"][0, 0, 0, 0]), int(f["x"][0, 1, 0, 0])) for f in data]
+    assert order == [(0, 0), (1, 0), (2, 0), (0, 1), (2, 1), (0, 2)]
+    assert data.folder_labels().tolist() == [0, 1, 2, 0, 2, 0]
+    assert data.describe() == "6 samples from classes/ (6 images in 3 class folders, " \
+        "layout=NCHW,scale=1.0), batches of 1"
+    calib, held = data.split(2)
+    assert calib.folder_labels().tolist() == [0, 1, 2, 0] and held.folder_labels().tolist() \
+        == [2, 0]
+    flat = open_data(_images(tmp_path)[0], NCHW, preprocess=Preprocess.parse("scale=1"))
+    assert flat.folder_labels() is None
+    with pytest.raises(GraphfixError, match="holds images, but no --preprocess was given"):
+        open_data(folder, NCHW)

@@ -125,7 +125,8 @@ def calibrate(
                                     "--from-cache)")
             loaded = session.load_data(source, data, data_key, preprocess, data_loader_script,
                                        samples, batch_size, eval_split, eval_data, eval_key,
-                                       labels, evaluate or len(options.request.labels()) > 1)
+                                       labels, evaluate or labels is not None
+                                       or len(options.request.labels()) > 1)
             result = session.run(source, loaded, options, for_cache=cache is not None,
                                  progress=progress)
             written = session.write_outputs(result, files, output, cache, ranges, options)

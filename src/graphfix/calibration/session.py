@@ -83,9 +83,23 @@ def load_data(model, data, data_key, preprocess, loader_script, max_samples, bat
         calib, held = calib.split(count)
         notes.append(f"the last {count} samples are held apart for the comparison")
     labels = None
-    if labels_key:
+    if labels_key == FOLDER_LABELS:
+        labels = held.folder_labels() if held is not None else None
+        if labels is None:
+            raise GraphfixError(
+                f"--labels {FOLDER_LABELS} needs class subfolders",
+                "the labels are the class folders' indices (sorted names), so the compared "
+                "samples must come from an image folder laid out as FOLDER/CLASS/*.jpg",
+                "point --eval-data (or --data with --eval-split) at such a folder, or give "
+                "the labels as an .npz array")
+    elif labels_key:
         labels = _labels(eval_data or data, labels_key, held)
     return Loaded(calib, held, labels, notes)
+
+
+FOLDER_LABELS = "folders"
+"""--labels' value for an image folder of class subfolders: each image's label is its
+folder's index among the sorted folder names (torchvision's ImageFolder numbering)."""
 
 
 def _labels(path, key: str, held: CalibrationData | None) -> np.ndarray:

@@ -43,7 +43,9 @@ def calibrate_command(
                                    "samples of --data apart for the comparison."),
     eval_data: Path = typer.Option(None, "--eval-data", help="Separate comparison data."),
     eval_key: str = typer.Option(None, "--eval-key", help="The array in --eval-data."),
-    labels: str = typer.Option(None, "--labels", help="Key of the labels array (in "
+    labels: str = typer.Option(None, "--labels", help="'folders' for an image folder of "
+                               "class subfolders (index of the sorted folder names), or the "
+                               "key of the labels array (in "
                                "--eval-data, else --data) for accuracy."),
     exclude_nodes: str = typer.Option("", "--exclude-nodes", help="Node names kept in float, "
                                       "comma-separated (check --json suggests them)."),

@@ -146,7 +146,8 @@ class ImageFolder:
     blocks: list[Block]
 
     def __init__(self, folder: Path, paths: list[Path], spec: Preprocess,
-                 checker: FeedChecker) -> None:
+                 checker: FeedChecker, classes: list[str] | None = None,
+                 labels: np.ndarray | None = None) -> None:
         if len(checker.inputs) != 1:
             names = ", ".join(i.name for i in checker.inputs)
             raise GraphfixError(
@@ -170,7 +171,9 @@ class ImageFolder:
             shape = _layout(spec, self._size or (h, w))
             _check_image(info, spec, shape, path)
             self.blocks.append(checker.check(str(path), {info.name: (shape, self._dtype)}))
-        self.label = f"{folder.name or folder}/ ({len(paths)} images, {spec})"
+        self.labels = labels  # per image, the index of its class folder (class layout)
+        where = f" in {len(classes)} class folders" if classes else ""
+        self.label = f"{folder.name or folder}/ ({len(paths)} images{where}, {spec})"
 
     def hint(self) -> str:
         """What to try when the model cannot run these images: images kept at their own

@@ -96,6 +96,14 @@ class CalibrationData:
                 pass
         return self._stop - self._start
 
+    def folder_labels(self) -> np.ndarray | None:
+        """Each sample's class index when the data is an image folder of class subfolders
+        (None otherwise), for these samples (after max_samples and split)."""
+        labels = getattr(self._source, "labels", None)
+        if labels is None:
+            return None
+        return labels[self._start:self._stop]
+
     def hint(self) -> str:
         """What to add to "give data the model accepts" when onnxruntime cannot run a
         batch of this data ("" when nothing is known to help)."""
@@ -326,6 +334,12 @@ def _open_source(source: str | os.PathLike | None, checker: FeedChecker,
 
 def _folder(path: Path, checker: FeedChecker, data_key: str | None,
             preprocess: Preprocess | None) -> Source:
+    classes = _class_folders(path)
+    if classes:
+        _refuse(data_key is not None, "--data-key", "a single .npz", f"the folder '{path}'")
+        _need_preprocess(path, preprocess)
+        paths, labels = _round_robin(classes)
+        return ImageFolder(path, paths, preprocess, checker, list(classes), labels)
     kinds: dict[str, list[Path]] = {}
     for item in sorted(path.iterdir(), key=lambda p: p.name):
         suffix = item.suffix.lower()
@@ -335,7 +349,8 @@ def _folder(path: Path, checker: FeedChecker, data_key: str | None,
             kinds.setdefault(kind, []).append(item)
     if not kinds:
         raise GraphfixError(f"The folder '{path}' has no .npy, .npz, jpg or png files",
-                            "only files in the folder itself are read, not in subfolders",
+                            "files are read from the folder itself, or images from class "
+                            "subfolders (folder/CLASS/*.jpg), not from anywhere deeper",
                             "point --data at the folder that holds the files")
     if len(kinds) > 1:
         found = " and ".join(f"{len(v)} {k} files" for k, v in kinds.items())
@@ -347,6 +362,11 @@ def _folder(path: Path, checker: FeedChecker, data_key: str | None,
     if kind != "image":
         _refuse(preprocess is not None, "--preprocess", "an image folder", f"'{path}'")
         return array_folder(path, paths, checker)
+    _need_preprocess(path, preprocess)
+    return ImageFolder(path, paths, preprocess, checker)
+
+
+def _need_preprocess(path: Path, preprocess: Preprocess | None) -> None:
     if preprocess is None:
         raise GraphfixError(
             f"The folder '{path}' holds images, but no --preprocess was given",
@@ -355,7 +375,35 @@ def _folder(path: Path, checker: FeedChecker, data_key: str | None,
             "pass e.g. --preprocess resize=224,layout=NCHW,scale=1/255,mean=0.485/0.456/"
             "0.406,std=0.229/0.224/0.225 (--preprocess scale=1/255 for plain [0, 1] pixels)",
         )
-    return ImageFolder(path, paths, preprocess, checker)
+
+
+def _class_folders(path: Path) -> dict[str, list[Path]]:
+    """An image dataset in class-folder layout (torchvision's ImageFolder, ImageNet's
+    val/ sorted into synsets): no data file at the top, subfolders holding images.
+    {class name: its images, sorted}, classes sorted by name; {} for any other folder."""
+    entries = [p for p in path.iterdir() if not p.name.startswith(".")]
+    if not entries or any(p.is_file() and p.suffix.lower() in (".npy", ".npz", *IMAGE_SUFFIXES)
+                          for p in entries):
+        return {}
+    classes = {}
+    for sub in sorted((p for p in entries if p.is_dir()), key=lambda p: p.name):
+        images = sorted((p for p in sub.iterdir() if p.is_file() and not p.name.startswith(".")
+                         and p.suffix.lower() in IMAGE_SUFFIXES), key=lambda p: p.name)
+        if images:
+            classes[sub.name] = images
+    return classes
+
+
+def _round_robin(classes: dict[str, list[Path]]) -> tuple[list[Path], np.ndarray]:
+    """The images one class at a time in turn (class 0's first, class 1's first, ...,
+    class 0's second, ...), so that the first N samples (--samples) and the last N
+    (--eval-split) come from every class; and each one's label, its class's index in
+    name order (torchvision's ImageFolder numbering)."""
+    order: list[tuple[Path, int]] = []
+    lists = list(classes.values())
+    for depth in range(max(len(v) for v in lists)):
+        order += [(images[depth], k) for k, images in enumerate(lists) if depth < len(images)]
+    return [p for p, _ in order], np.array([k for _, k in order], np.int64)
 
 
 def _refuse(given: bool, flag: str, applies_to: str, source: str) -> None:
