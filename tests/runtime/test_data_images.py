@@ -186,3 +186,19 @@ def test_class_subfolders_interleave_and_label_each_image(tmp_path):
     assert flat.folder_labels() is None
     with pytest.raises(GraphfixError, match="holds images, but no --preprocess was given"):
         open_data(folder, NCHW)
+
+
+GRAY = parse(HEAD + "g (float[N,1,8,8] x) => (float[N,1,8,8] y) { y = Relu(x) }")
+
+
+def test_a_one_channel_input_reads_images_as_grayscale(tmp_path):
+    """MNIST-like and medical models take [N, 1, H, W]: images were refused ('has 1
+    channels ... images are read as RGB'); they are read as Pillow's L now."""
+    folder, pixels = _images(tmp_path, sizes=((8, 8), (10, 12)))
+    data = open_data(folder, GRAY, preprocess=Preprocess.parse("scale=1/255,mean=0.5,std=0.25"))
+    got = [f["x"] for f in data]
+    assert [g.shape for g in got] == [(1, 1, 8, 8)] * 2
+    gray = np.asarray(Image.fromarray(pixels[0]).convert("L"), dtype=np.float32)
+    np.testing.assert_allclose(got[0][0, 0], (gray / 255 - 0.5) / 0.25, atol=1e-6)
+    with pytest.raises(GraphfixError, match="gives mean 3 values, but input 'x'"):
+        open_data(folder, GRAY, preprocess=Preprocess.parse("mean=0.4/0.5/0.6"))

@@ -1,7 +1,8 @@
 """Images as calibration data: the --preprocess spec and a folder of jpg/png files.
 
 Each image (sorted by file name) is one sample: read with Pillow, converted to RGB
-(`bgr` flips the channels), resized to (height, width) with bilinear filtering,
+(`bgr` flips the channels; to grayscale, Pillow's L, where the model's input has one
+channel), resized to (height, width) with bilinear filtering,
 multiplied by `scale`, then normalized per channel as (x - mean) / std, and laid
 out as CHW (NCHW models) or HWC (NHWC models); a model input of rank 3 takes the image
 itself (torchvision's detectors: [3, H, W], no batch axis). `mean` and `std` are in the model's
@@ -159,6 +160,7 @@ class ImageFolder:
         self._name, self._spec, self._paths = info.name, spec, paths
         self._dtype = _float_dtype(info)
         self._size = spec.resize or _model_size(info, spec)
+        self._channels = _channels(info, spec)
         image = _pillow()
         self.blocks = []
         for path in paths:
@@ -168,7 +170,7 @@ class ImageFolder:
             except Exception as err:  # Pillow raises many types for broken files
                 raise GraphfixError(f"Cannot read the image '{path}'", f"Pillow says: {err}",
                                     "remove or replace the file") from None
-            shape = _layout(spec, self._size or (h, w))
+            shape = _layout(spec, self._size or (h, w), self._channels)
             _check_image(info, spec, shape, path)
             self.blocks.append(checker.check(str(path), {info.name: (shape, self._dtype)}))
         self.labels = labels  # per image, the index of its class folder (class layout)
@@ -200,11 +202,13 @@ class ImageFolder:
         bilinear = getattr(image, "Resampling", image).BILINEAR
         spec = self._spec
         with image.open(path) as im:
-            rgb = im.convert("RGB")
+            rgb = im.convert("RGB" if self._channels == 3 else "L")
             if self._size is not None and rgb.size != self._size[::-1]:
                 rgb = rgb.resize(self._size[::-1], bilinear)  # Pillow takes (width, height)
             x = np.asarray(rgb, dtype=np.float32)
-        if spec.bgr:
+        if self._channels == 1:
+            x = x[..., np.newaxis]
+        if spec.bgr and self._channels == 3:
             x = x[..., ::-1]
         x = x * np.float32(spec.scale)
         if spec.mean:
@@ -253,8 +257,28 @@ def _model_size(info, spec: Preprocess) -> tuple[int, int] | None:
     return None
 
 
-def _layout(spec: Preprocess, size: tuple[int, int]) -> tuple[int, int, int]:
-    return (3, *size) if spec.layout == "NCHW" else (*size, 3)
+def _layout(spec: Preprocess, size: tuple[int, int], channels: int = 3
+            ) -> tuple[int, int, int]:
+    return (channels, *size) if spec.layout == "NCHW" else (*size, channels)
+
+
+def _channels(info, spec: Preprocess) -> int:
+    """1 where the model's input has one static channel (images are read as grayscale),
+    else 3 (RGB); per-channel mean/std must then have one value."""
+    dims = info.dims
+    if dims is None or len(dims) not in (3, 4):
+        return 3
+    c = dims[_channel_axes(spec, len(dims))[0]]
+    if c != 1:
+        return 3
+    for key in ("mean", "std"):
+        if len(getattr(spec, key)) == 3:
+            raise GraphfixError(
+                f"--preprocess gives {key} 3 values, but input '{info.name}' "
+                f"{show_dims(dims)} has 1 channel",
+                "images for a one-channel input are read as grayscale",
+                f"give {key} one value")
+    return 1
 
 
 def _check_image(info, spec: Preprocess, shape: tuple[int, int, int], path: Path) -> None:
@@ -270,10 +294,10 @@ def _check_image(info, spec: Preprocess, shape: tuple[int, int, int], path: Path
             "write a data-loader script (--data-loader-script file.py:load_data)",
         )
     c, h, w = (dims[a] for a in _channel_axes(spec, len(dims)))
-    if isinstance(c, int) and c != 3:
+    if isinstance(c, int) and c not in (1, 3):
         raise GraphfixError(
             f"Input '{info.name}' {show_dims(dims)} has {c} channels in layout {spec.layout}",
-            "images are read as RGB (3 channels)",
+            "images are read as RGB (3 channels), or as grayscale for a 1-channel input",
             "pass the other layout= in --preprocess if the model is "
             + ("NHWC" if spec.layout == "NCHW" else "NCHW")
             + ", or write a data-loader script for other channel counts",
