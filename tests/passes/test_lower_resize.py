@@ -211,3 +211,19 @@ def test_inside_a_loop_with_a_size_per_iteration():
     np.testing.assert_allclose(run_model(out, feeds)["totals"], run_model(model, feeds)["totals"],
                                rtol=1e-6, atol=1e-5)
     assert_idempotent(pass_, out, _ctx())
+
+
+def test_constant_sizes_for_an_input_of_unknown_shape_are_refused_not_a_crash():
+    """The rank comes from the sizes, but whether the first two axes keep their size
+    cannot be told without the input's shape (it was an IndexError, rolled back)."""
+    nodes = [helper.make_node("Relu", ["a"], ["x"]),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="cubic")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", F, None)],
+                              [helper.make_tensor_value_info("y", F, None)],
+                              [numpy_helper.from_array(np.array([1, 2, 8, 8], np.int64),
+                                                       "sizes")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    result = LowerUnsupported().run(_to_graph(model), _ctx())
+    assert not result.changed
+    (note,) = [n for n in result.notes if n.subject != "graph"]
+    assert "it cannot be shown that its first two axes keep their size" in note.reason

@@ -119,9 +119,10 @@ def _leading_kept(x: gs.Tensor, scales: gs.Tensor | None, sizes: gs.Tensor | Non
         given = np.asarray(given).reshape(-1)
         if sizes is None:
             return all(given[p] == 1 for p in lead)
-        dims = x.shape or []
-        return all(isinstance(dims[a], int) and given[axes.index(a)] == dims[a]
-                   for a in axes if a < rank - 2)
+        dims = x.shape
+        return dims is not None and len(dims) == rank and all(
+            isinstance(dims[a], int) and given[axes.index(a)] == dims[a]
+            for a in axes if a < rank - 2)
     return sizes is not None and lead == list(range(rank - 2)) and _begins_with_shape(sizes, x,
                                                                                       rank - 2)
 
