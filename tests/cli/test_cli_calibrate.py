@@ -126,3 +126,26 @@ def test_a_model_tensorrt_will_not_parse_gets_one_note_naming_the_way(tmp_path):
     assert len(verdict) == 1 and "TensorRT 10.16 will parse this model: no" in verdict[0]
     assert "`graphfix run MODEL --trt 10.16` before calibrating" in verdict[0]
     assert "graphfix doctor: no Q/DQ findings for TensorRT 10.16" in notes
+
+
+def test_labels_follow_the_held_samples_rows_when_samples_are_limited(shared_model, tmp_path):
+    """--samples 200 --eval-split 100 compares rows 101-200 of the data; the labels were
+    read from the file's last 100 rows (297-397), so FP32's accuracy read 13% on a
+    model that scores 99% there."""
+    import numpy as np
+
+    with np.load(shared_model("digits_dev_data.npz")) as archive:
+        np.savez(tmp_path / "d.npz", x=archive["test"], y=archive["test_labels"])
+    args = ["calibrate", str(shared_model("digits_dev.onnx")), "--data", str(tmp_path / "d.npz"),
+            "--data-key", "x", "--labels", "y", "--json", "-o", str(tmp_path / "q.onnx")]
+    limited = runner.invoke(app, [*args, "--samples", "200", "--eval-split", "100"])
+    assert limited.exit_code == 0, limited.output
+    auto = json.loads(limited.stdout)["methods"][0]
+    assert auto["samples"] == 100 and auto["reference_accuracy"] >= 0.95
+    short = tmp_path / "short.npz"
+    with np.load(tmp_path / "d.npz") as archive:
+        np.savez(short, x=archive["x"], y=archive["y"][:150])
+    args[args.index(str(tmp_path / "d.npz"))] = str(short)
+    bad = runner.invoke(app, [*args, "--samples", "200", "--eval-split", "100"])
+    assert bad.exit_code == 2
+    assert "has 150 labels, but the compared samples are rows 101-200" in bad.output

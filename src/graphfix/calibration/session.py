@@ -112,9 +112,16 @@ def _labels(path, key: str, held: CalibrationData | None) -> np.ndarray:
             raise GraphfixError(f"no array {key!r} in {path}",
                                 f"it has {', '.join(archive.files)}", "pick one of those")
         labels = archive[key]
-    if held is not None and len(labels) > held.num_samples:
-        labels = labels[-held.num_samples:]  # the held-apart tail of --data
-    return labels
+    if held is None:
+        return labels
+    start, stop = held.span  # the compared samples' rows in the labels' file
+    if stop is None or len(labels) < stop:
+        raise GraphfixError(
+            f"{path}[{key!r}] has {len(labels)} labels, but the compared samples are rows "
+            f"{start + 1}-{stop if stop is not None else '?'} of the data",
+            "each compared sample needs its label, at its own row",
+            "give one label per sample of the data")
+    return labels[start:stop]
 
 
 def run(model: onnx.ModelProto, loaded: Loaded, options: Options, progress=None,

@@ -96,6 +96,12 @@ class CalibrationData:
                 pass
         return self._stop - self._start
 
+    @property
+    def span(self) -> tuple[int, int | None]:
+        """[start, stop) of these samples among the source's (after max_samples and
+        split): where a labels array that covers the whole source is read."""
+        return self._start, self._stop
+
     def folder_labels(self) -> np.ndarray | None:
         """Each sample's class index when the data is an image folder of class subfolders
         (None otherwise), for these samples (after max_samples and split)."""
