@@ -104,11 +104,12 @@ class CalibrationData:
 
     def folder_labels(self) -> np.ndarray | None:
         """Each sample's class index when the data is an image folder of class subfolders
-        (None otherwise), for these samples (after max_samples and split)."""
+        (None otherwise), for these samples (`span`)."""
         labels = getattr(self._source, "labels", None)
         if labels is None:
             return None
-        return labels[self._start:self._stop]
+        start, stop = self.span
+        return labels[start:stop]
 
     def hint(self) -> str:
         """What to add to "give data the model accepts" when onnxruntime cannot run a
@@ -340,18 +341,19 @@ def _open_source(source: str | os.PathLike | None, checker: FeedChecker,
 
 def _folder(path: Path, checker: FeedChecker, data_key: str | None,
             preprocess: Preprocess | None) -> Source:
-    classes = _class_folders(path)
+    entries = sorted((p for p in path.iterdir() if not p.name.startswith(".")),
+                     key=lambda p: p.name)
+    classes = _class_folders(entries)
     if classes:
         _refuse(data_key is not None, "--data-key", "a single .npz", f"the folder '{path}'")
         _need_preprocess(path, preprocess)
         paths, labels = _round_robin(classes)
         return ImageFolder(path, paths, preprocess, checker, list(classes), labels)
     kinds: dict[str, list[Path]] = {}
-    for item in sorted(path.iterdir(), key=lambda p: p.name):
+    for item in entries:
         suffix = item.suffix.lower()
         kind = "image" if suffix in IMAGE_SUFFIXES else suffix
-        if item.is_file() and not item.name.startswith(".") and kind in ("image", ".npy",
-                                                                        ".npz"):
+        if item.is_file() and kind in ("image", ".npy", ".npz"):
             kinds.setdefault(kind, []).append(item)
     if not kinds:
         raise GraphfixError(f"The folder '{path}' has no .npy, .npz, jpg or png files",
@@ -383,16 +385,16 @@ def _need_preprocess(path: Path, preprocess: Preprocess | None) -> None:
         )
 
 
-def _class_folders(path: Path) -> dict[str, list[Path]]:
+def _class_folders(entries: list[Path]) -> dict[str, list[Path]]:
     """An image dataset in class-folder layout (torchvision's ImageFolder, ImageNet's
-    val/ sorted into synsets): no data file at the top, subfolders holding images.
-    {class name: its images, sorted}, classes sorted by name; {} for any other folder."""
-    entries = [p for p in path.iterdir() if not p.name.startswith(".")]
+    val/ sorted into synsets): no data file among a folder's `entries` (its listing, by
+    name, hidden ones left out), subfolders holding images. {class name: its images,
+    sorted}, classes sorted by name; {} for any other folder."""
     if not entries or any(p.is_file() and p.suffix.lower() in (".npy", ".npz", *IMAGE_SUFFIXES)
                           for p in entries):
         return {}
     classes = {}
-    for sub in sorted((p for p in entries if p.is_dir()), key=lambda p: p.name):
+    for sub in (p for p in entries if p.is_dir()):
         images = sorted((p for p in sub.iterdir() if p.is_file() and not p.name.startswith(".")
                          and p.suffix.lower() in IMAGE_SUFFIXES), key=lambda p: p.name)
         if images:
