@@ -113,18 +113,17 @@ def _given_rank(values: gs.Tensor, attrs: dict) -> int | None:
 def _leading_kept(x: gs.Tensor, scales: gs.Tensor | None, sizes: gs.Tensor | None,
                   rank: int, axes: list[int]) -> bool:
     """Whether the axes before the last two come out the size they went in."""
-    lead = [axes.index(a) for a in axes if a < rank - 2]
+    lead = [(a, axes.index(a)) for a in axes if a < rank - 2]  # (axis, its entry)
     given = constant_value(scales if sizes is None else sizes)
     if given is not None:
         given = np.asarray(given).reshape(-1)
         if sizes is None:
-            return all(given[p] == 1 for p in lead)
+            return all(given[p] == 1 for _, p in lead)
         dims = x.shape
         return dims is not None and len(dims) == rank and all(
-            isinstance(dims[a], int) and given[axes.index(a)] == dims[a]
-            for a in axes if a < rank - 2)
-    return sizes is not None and lead == list(range(rank - 2)) and _begins_with_shape(sizes, x,
-                                                                                      rank - 2)
+            isinstance(dims[a], int) and given[p] == dims[a] for a, p in lead)
+    return (sizes is not None and [p for _, p in lead] == list(range(rank - 2))
+            and _begins_with_shape(sizes, x, rank - 2))
 
 
 def _begins_with_shape(sizes: gs.Tensor, x: gs.Tensor, count: int) -> bool:
