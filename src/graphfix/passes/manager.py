@@ -78,6 +78,14 @@ import onnx_graphsurgeon as gs
 from graphfix.errors import GraphfixError
 from graphfix.graph import count_nodes, fingerprint, to_graph, to_model
 from graphfix.graph.convert import settle_constants
+from graphfix.graph.declared import (
+    contradicts,
+    describe,
+    redeclare,
+    set_declarations,
+    unconfirmed,
+)
+from graphfix.graph.declared import dims as declared_dims
 from graphfix.graph.prune import prune
 from graphfix.graph.samecomp import Digests, same_computation
 from graphfix.graph.shapes import apply_inferred, contradicted_types
@@ -114,6 +122,12 @@ class Verifier:
     """The shape-inferred skeleton of the model last verified (passes get its shapes)."""
     contradicted: tuple[str, ...] = ()
     """The input's value_info entries whose type its nodes contradict (`for_input`)."""
+    input_skeleton: onnx.ModelProto | None = None
+    """The input as the checks saw it: which output declarations its nodes bear out."""
+    redeclared: dict[str, tuple[onnx.TypeProto.Tensor, onnx.TypeProto.Tensor]] = field(
+        default_factory=dict)
+    """Outputs whose declared shape gave way (`graph.declared`): (declared, computed)."""
+    _unconfirmed: frozenset[str] | None = None
 
     @classmethod
     def for_input(cls, model: onnx.ModelProto) -> Verifier:
@@ -149,21 +163,42 @@ class Verifier:
             notes.append(f"the input model fails strict shape inference ({err}); passes get "
                          "the lenient one")
             inferred, _ = _inference(model, strict=False)
-        return cls(checker, strict, notes, inferred, contradicted)
+        return cls(checker, strict, notes, inferred, contradicted, model)
 
     def problem(self, model: onnx.ModelProto) -> str | None:
         """What is structurally wrong with a pass's result, or None (then `inferred` holds
-        its shape-inferred skeleton)."""
-        model = _checkable_skeleton(model)
+        its shape-inferred skeleton). A result that fails inference only on output shapes
+        the input declared and its nodes did not bear out passes, and `model` declares
+        the computed shapes instead (`graph.declared`; `redeclared` says which)."""
+        skeleton_ = _checkable_skeleton(model)
         if self.checker:
-            err = _checker_error(model)
+            err = _checker_error(skeleton_)
             if err:
                 return f"onnx.checker rejects the result: {err}"
-        inferred, err = _inference(model, strict=self.strict_inference)
+        inferred, err = _inference(skeleton_, strict=self.strict_inference)
         if inferred is None:
-            return f"shape inference fails on the result: {err}"
+            redone = self._without_declarations(skeleton_)
+            if redone is None:
+                return f"shape inference fails on the result: {err}"
+            inferred, computed = redone
+            for out in skeleton_.graph.output:
+                if out.name in computed and out.name not in self.redeclared:
+                    was = onnx.TypeProto.Tensor()
+                    was.CopyFrom(out.type.tensor_type)
+                    self.redeclared[out.name] = (was, computed[out.name])
+            set_declarations(model.graph.output, computed)
         self.inferred = inferred
         return None
+
+    def _without_declarations(self, skeleton_: onnx.ModelProto):
+        """`graph.declared.redeclare` of the outputs whose declared shape the input's
+        nodes do not bear out (found once, when a result first needs it)."""
+        if self._unconfirmed is None:
+            self._unconfirmed = (unconfirmed(self.input_skeleton)
+                                 if self.input_skeleton is not None else frozenset())
+        if not self._unconfirmed:
+            return None
+        return redeclare(skeleton_, self._unconfirmed, self.strict_inference)
 
 
 def _checkable_skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -464,6 +499,7 @@ class _Runner:
             self.on_pass_done(record, model)
         self.held = []
         self._note_unjudged()
+        self.notes += [describe(name, *types) for name, types in self.verifier.redeclared.items()]
         check = self.output_check
         report = Report(
             pipeline=pipeline,
@@ -705,6 +741,7 @@ def _attempt(index, spec, pass_: Pass, state: _State, ctx: PassContext, verifier
         state.accept_unverified(candidate, record, pass_.keeps_computation)
     else:
         state.accept(candidate, verifier.inferred)
+        _take_declarations(state.graph, verifier)
     record.status = APPLIED
     record.nodes_after = count_nodes(graph)
     record.seconds = time.perf_counter() - t0
@@ -721,6 +758,17 @@ def _verify_deferred(state: _State, verifier: Verifier, model: onnx.ModelProto) 
             raise _BatchFailed("structural check (onnx.checker, shape inference)",
                                deferred[-1], [r.spec for r in deferred], problem)
         state.unverified = []
+        _take_declarations(state.graph, verifier)
+
+
+def _take_declarations(graph: gs.Graph, verifier: Verifier) -> None:
+    """The graph's outputs whose declaration gave way (`Verifier.redeclared`) take the
+    computed shape, so that the passes after see it and their models declare it."""
+    for t in graph.outputs if verifier.redeclared else ():
+        if t.name in verifier.redeclared:
+            computed = verifier.redeclared[t.name][1]
+            if contradicts(t.shape, computed):
+                t.shape = declared_dims(computed)
 
 
 def graph_names(graph: gs.Graph) -> set[str]:
