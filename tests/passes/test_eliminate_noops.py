@@ -457,6 +457,51 @@ def test_squeeze_without_axes_after_unsqueeze_of_a_size_one_dim_stays():
                 "the Squeeze has no axes and may remove size-1 dimensions of x too")
 
 
+@pytest.mark.parametrize(("opset", "body"), [
+    (11, "s = Squeeze<axes=[0, -1]>(x) u = Unsqueeze<axes=[2, 0]>(s)"),
+    (17, "s = Squeeze(x, ax) u = Unsqueeze(s, ax)"),
+    (17, "s = Squeeze(x) u = Unsqueeze(s, bx)"),
+])
+def test_squeeze_unsqueeze_pair_goes(opset, body):
+    # paddle2onnx: a one-element shape entry squeezed to a scalar, then unsqueezed back
+    model = parse(header(opset) + f"""
+    g (float[1,3,1] x) => (float[1,3,1] y) <int64[2] ax = {{0, -1}}, int64[2] bx = {{0, 2}}> {{
+        {body}
+        y = Neg(u)
+    }}""")
+    assert_removes(model, ["Neg"], {"removed Squeeze-Unsqueeze pairs": 1})
+
+
+def test_squeeze_read_elsewhere_stays_and_the_unsqueeze_goes():
+    model = parse(header() + """
+    g (float[1,3] x) => (float[1,3] y, float[3] z) <int64[1] ax = {0}> {
+        s = Squeeze(x, ax)
+        u = Unsqueeze(s, ax)
+        y = Neg(u)
+        z = Abs(s)
+    }""")
+    assert_removes(model, ["Squeeze", "Neg", "Abs"], {"removed Squeeze-Unsqueeze pairs": 1})
+
+
+def test_squeeze_unsqueeze_on_other_axes_stays():
+    model = parse(header() + """
+    g (float[1,3,1] x) => (float[3,1,1] y) <int64[1] ax = {0}, int64[1] bx = {2}> {
+        s = Squeeze(x, ax)
+        y = Unsqueeze(s, bx)
+    }""")
+    assert_kept(model, "Unsqueeze 'y'", "it inserts axes [2], the Squeeze before it removed [0]")
+
+
+def test_unsqueeze_after_squeeze_without_axes_of_unknown_dims_stays():
+    model = parse(header() + """
+    g (float[1,N] x) => (float[1,N] y) <int64[1] ax = {0}> {
+        s = Squeeze(x)
+        y = Unsqueeze(s, ax)
+    }""")
+    assert_kept(model, "Unsqueeze 'y'",
+                "the Squeeze before it has no axes and x's dims are not all known")
+
+
 # ----------------------------------------------------------------------------- Concat, Slice, Pad
 
 

@@ -243,9 +243,14 @@ def squeeze(node: gs.Node, view: View) -> Plan | str | None:
 
 
 def unsqueeze(node: gs.Node, view: View) -> Plan | str | None:
-    """Unsqueeze(Unsqueeze(x, a1), a2) -> Unsqueeze(x, a): one node inserts both sets."""
+    """Unsqueeze(Unsqueeze(x, a1), a2) -> Unsqueeze(x, a): one node inserts both sets;
+    Unsqueeze(Squeeze(x, a), a) -> x (`_squeeze_undone`)."""
     first = _lone_producer(view, node.inputs[0], "Unsqueeze")
     if first is None:
+        squeezed = _producer(view, node.inputs[0], "Squeeze")
+        if squeezed is not None:
+            return squeezed if isinstance(squeezed, str) else _squeeze_undone(
+                squeezed, node, view)
         return _into_reshape(node, view)
     if isinstance(first, str):
         return first
@@ -269,6 +274,35 @@ def unsqueeze(node: gs.Node, view: View) -> Plan | str | None:
     else:
         plan.operand, plan.operand_role = np.array(combined, dtype=np.int64), "axes"
     return plan
+
+
+def _squeeze_undone(first: gs.Node, node: gs.Node, view: View) -> Plan | str:
+    """Unsqueeze(Squeeze(x, a), a) as x. A Squeeze of axes fails unless x has 1 at each
+    of them, and the Unsqueeze puts 1s back at the same axes: both count axes in x's
+    rank (the Squeeze's input and the Unsqueeze's output have the same rank), so equal
+    axes, negative ones too, are the same positions. A Squeeze without axes removes
+    every 1 of x: known only when every dim of x is. The Squeeze goes too when nothing
+    else reads it (paddle2onnx writes `x[0:1]` then squeeze and unsqueeze of the same
+    axis, feeding a Concat of shape entries: PP-OCRv6's recognizer)."""
+    x = first.inputs[0]
+    squeezed, inserted = squeeze_axes(first, view.opset), squeeze_axes(node, view.opset)
+    if isinstance(squeezed, str) or isinstance(inserted, str) or inserted is None:
+        return (f"the Squeeze before it removes axes that {squeezed}"
+                if isinstance(squeezed, str) else f"its axes {inserted or 'are missing'}")
+    rank = rank_of(x)
+    if squeezed is None:
+        dims = x.shape
+        if dims is None or not all(isinstance(d, int) and d >= 0 for d in dims):
+            return "the Squeeze before it has no axes and x's dims are not all known"
+        squeezed = [i for i, d in enumerate(dims) if d == 1]
+    if sorted(squeezed) != sorted(inserted):
+        a, b = normalized_axes(squeezed, rank), normalized_axes(inserted, rank)
+        if a is None or b is None:
+            return "rank unknown: negative axes and the Squeeze's input rank is unknown"
+        if sorted(a) != sorted(b):
+            return f"it inserts axes {sorted(b)}, the Squeeze before it removed {sorted(a)}"
+    lone = len(first.outputs[0].outputs) == 1
+    return Plan("removed Squeeze-Unsqueeze pairs", source=x, drop=first if lone else None)
 
 
 def _into_reshape(node: gs.Node, view: View) -> Plan | str | None:

@@ -13,6 +13,7 @@ Each rule, with x the first input and y the output::
     Reshape(f(Reshape(x, s1)), s2)   -> f(x)       f elementwise (one-element constants),
                                                    read only there; s2 gives x's shape
     Squeeze(Unsqueeze(x, a), a)      -> x
+    Unsqueeze(Squeeze(x, a), a)      -> x          (the Squeeze stays if read elsewhere)
     Unsqueeze(Unsqueeze(x, a1), a2)  -> Unsqueeze(x, a)    (the axes combined)
     Transpose(x, p)                  -> Reshape(x, s)      when p moves only size-1 axes
                                                           and a Reshape is next to it
@@ -97,12 +98,13 @@ class EliminateNoops(Pass):
     entries (allowzero=0) from the tensor between them; two Reshapes around a region of
     elementwise ops both removed where the second gives the first's input shape back
     (`_noop_pairs.around_elementwise`: GPT-2's MLP from torch's default exporter);
-    Squeeze of an Unsqueeze on
-    the same axes (attributes before opset 13, inputs from 13; negative axes with
-    a known rank; a Squeeze without axes when the input has no size-1 dimension);
-    two Unsqueezes merged into one; a Transpose that moves only size-1 axes (so
-    the data order is unchanged) and reads from or feeds a Reshape, turned into a
-    Reshape so the pair collapses (static shape with at most one unknown dim);
+    Squeeze of an Unsqueeze on the same axes (attributes before opset 13, inputs from
+    13; negative axes with a known rank; a Squeeze without axes when the input has no
+    size-1 dimension); an Unsqueeze of the axes a Squeeze just removed (a Squeeze
+    without axes when all its input's dims are known); two Unsqueezes merged into one;
+    a Transpose that moves only size-1 axes (so the data order is unchanged) and reads
+    from or feeds a Reshape, turned into a Reshape so the pair collapses (static shape
+    with at most one unknown dim);
     single-input Concat, and Concat inputs empty along its axis (a static 0);
     a Concat read only by a Concat on the same axis merged into it (negative axes
     normalized with a known rank); a Where whose condition is an Equal of small
