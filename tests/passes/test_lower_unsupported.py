@@ -621,6 +621,47 @@ def test_an_integer_cumsum_of_values_that_may_be_large_is_left():
         "rounds"))])
 
 
+def _int_clip(int_type, bounds=("lo", "hi")):
+    """DeBERTa-v2's position buckets: Clip of an integer tensor by integer bounds."""
+    dtype = helper.tensor_dtype_to_np_dtype(int_type)
+    inits = [numpy_helper.from_array(np.array(v, dtype), n) for n, v in (("lo", -3), ("hi", 4))
+             if n in bounds]
+    inputs = ["x", *(b if b in bounds else "" for b in ("lo", "hi"))]
+    while inputs[-1] == "":
+        inputs.pop()
+    return _model([helper.make_node("Clip", inputs, ["y"], name="clip")],
+                  [_vi("x", [2, 9], int_type)], [_vi("y", [2, 9], int_type)], inits)
+
+
+@pytest.mark.parametrize("int_type", [TensorProto.INT32, TensorProto.INT64])
+@pytest.mark.parametrize(("bounds", "expected"), [
+    (("lo", "hi"), ["Max", "Min"]), (("lo",), ["Max"]), (("hi",), ["Min"])])
+def test_an_integer_clip_is_computed_with_max_and_min_in_its_own_type(int_type, bounds,
+                                                                       expected):
+    model = _int_clip(int_type, bounds)
+    x = np.arange(-9, 9, dtype=helper.tensor_dtype_to_np_dtype(int_type)).reshape(2, 9)
+    out = _lowers(model, "10.16", expected, {f"lowered Clip into {', '.join(expected)}": 1},
+                  feed_sets=[{"x": x}], rtol=0, atol=0)
+    assert {vi.type.tensor_type.elem_type for vi in out.graph.output} == {int_type}
+
+
+def test_an_integer_clip_where_the_table_lists_max_and_min_without_its_type_is_left():
+    # 10.16 lists Max and Min for INT32 and INT64, not INT8
+    _stays(_int_clip(TensorProto.INT8), "10.16", [("Clip 'clip'", (
+        "TensorRT 10.16 lists Clip for FP32, FP16, BF16 only, not INT8, and it cannot be "
+        "computed with Max and Min in its own type exactly: TensorRT 10.16 lists Max "
+        "without INT8 as well"))])
+
+
+def test_doctor_names_lower_unsupported_for_an_integer_clip():
+    finding, = [f for f in diagnose(_int_clip(TensorProto.INT64), parse_target("10.16")).findings
+                if f.rule == "dtype-unsupported"]
+    assert finding.fix.startswith("lower-unsupported (the default --trt pipeline runs it) "
+                                  "computes Clip as Max and Min in INT64, exactly")
+    assert not [f for f in api_run(_int_clip(TensorProto.INT64), trt="10.16", check=True)
+                .diagnosis.findings if f.rule == "dtype-unsupported"]
+
+
 def test_after_the_run_doctor_says_why_the_pass_left_the_node():
     """doctor alone names lower-unsupported as the fix; after `run --trt`, which ran it, the
     fix says what the pass noted about the node it left, then the fix for elsewhere."""

@@ -173,6 +173,10 @@ def _dtype_fix(type_name: str, op: str, listed: str, target: TrtTarget) -> str:
                 f"{ELEMENTWISE_TERMS} elements of static extent (slice by slice: Gather and "
                 f"{ELEMENTWISE_OPS[op]} in {type_name}) or a BOOL tensor cast to an integer "
                 f"type (in FP32); elsewhere: {fix}")
+    if retypes(op, type_name) and op == "Clip":
+        return (f"lower-unsupported {RUN_BY_TRT} computes Clip as Max and Min in "
+                f"{type_name}, exactly, where the table lists Max and Min for {type_name}; "
+                f"elsewhere: {fix}")
     if retypes(op, type_name):
         return (f"lower-unsupported {RUN_BY_TRT} computes {op} in "
                 "FP32 where that is exact (a ConstantOfShape value FP32 holds; sums and "

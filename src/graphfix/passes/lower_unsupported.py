@@ -25,7 +25,9 @@ every table; ConstantOfShape up to 10.0; ReduceSum up to 10.0; ReduceMin/Max/Pro
 8.x), is computed in float32 (and cast back) where that is exact (`graphfix.plugins.
 retype`: a fill float32 holds, sums and extrema of BOOL values, NonZero), or, for a
 ReduceMin/Max/Sum/Prod over at most 16 elements of static extent, slice by slice in its
-own type (Gathers combined by Min/Max/Add/Mul); else it is left with a note saying why.
+own type (Gathers combined by Min/Max/Add/Mul), or, for an integer Clip (every table lists
+Clip for float types only), as Max and Min in its own type; else it is left with a note
+saying why.
 So is a ConstantOfShape with an FP16 or BF16 value up to 10.0 (every such value is a
 float32 one) computed in float32, where the target's Cast row lists that type.
 
@@ -143,7 +145,8 @@ class LowerUnsupported(Pass):
 
     Also computes CumSum, ReduceSum/Max/Min/Prod, NonZero and ConstantOfShape in float32
     where the target lists only float types for them and that is exact (RoBERTa's
-    position ids, T5's bucket clamp, Mask2Former's mask counts, detectors' NonZero), and
+    position ids, T5's bucket clamp, Mask2Former's mask counts, detectors' NonZero),
+    an integer Clip as Max and Min in its own type (DeBERTa-v2's position buckets), and
     an FP16/BF16 ConstantOfShape where the target lists it for FP32 only (fp16 YOLOv8
     heads with a dynamic batch), and stores the INT32 DequantizeLinear of a constant (the
     bias of onnxruntime's Q/DQ models) as the float constant it computes.
@@ -292,7 +295,8 @@ def _retype(node: gs.Node, env: Env, target) -> _Plan | str | None:
         return f"{why}, and it cannot be computed in float32 here: {refused}"
     planned = RETYPES[node.op](node, env)
     if isinstance(planned, str):
-        return f"{why}, and it cannot be computed in float32 exactly: {planned}"
+        how = "with Max and Min in its own type" if node.op == "Clip" else "in float32"
+        return f"{why}, and it cannot be computed {how} exactly: {planned}"
     emit, note = planned
     ops = emitted_ops(emit, env)
     missing = unavailable(ops, target)

@@ -23,6 +23,9 @@ cast back::
         Gather from a constant integer table of 0s and 1s (Cast<float32>(x) then)
     NonZero(x: BOOL or an integer type) = NonZero(Cast<float32>(x))
         exact: no integer becomes 0 in float32
+    Clip(x: an integer type, lo, hi) = Min(Max(x, lo), hi)
+        exact: the same integer comparisons, in x's type (where the target lists Min
+        and Max for it: 10.16 lists INT32 and INT64)
 
     ReduceMin/ReduceMax/ReduceSum/ReduceProd(x: an integer type) over axes of static
     extent, at most `ELEMENTWISE_TERMS` elements reduced into each output element
@@ -267,6 +270,36 @@ def _nonzero(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
     return emit, ""
 
 
+def _clip(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
+    """Clip of an integer tensor as Min(Max(x, min), max) in its own type: what ONNX's
+    reference and onnxruntime compute (min > max gives max), with the same integers;
+    a missing bound leaves its op out. Where the target lists Min and Max for the type
+    (TensorRT 10.16: INT32 and INT64; DeBERTa-v2's relative-position buckets clip INT64)."""
+    x, y = node.inputs[0], node.outputs[0]
+    dtype = known_dtype(x)
+    if dtype is None or not np.issubdtype(dtype, np.integer):
+        return "its input is not of a known integer type"
+    elem = helper.np_dtype_to_tensor_dtype(dtype)
+    if env.target is not None:
+        for op in ("Max", "Min"):
+            unlisted = env.target.unlisted_type(op, elem)
+            if unlisted is not None:
+                return f"{env.target.label()} lists {op} without {unlisted} as well"
+    bounds = [node.inputs[i] if len(node.inputs) > i and not node.inputs[i].is_empty()
+              else None for i in (1, 2)]
+
+    def emit(b: Builder) -> None:
+        t = x
+        steps = [(op, bound) for op, bound in zip(("Max", "Min"), bounds, strict=True)
+                 if bound is not None]
+        if not steps:
+            b.node("Identity", [x], out=y)
+        for i, (op, bound) in enumerate(steps):
+            t = b.node(op, [t, bound], out=y if i == len(steps) - 1 else None, dtype=dtype)
+
+    return emit, ""
+
+
 def retypes(op: str, type_name: str) -> bool:
     """Whether `RETYPES` has a planner for `op` on the table's type `type_name`
     (`TrtTarget.unlisted_type`'s names): an integer or BOOL one, or for ConstantOfShape
@@ -295,6 +328,7 @@ RETYPES: dict[str, Callable[[gs.Node, Env], tuple[Emit, str] | str]] = {
     "ConstantOfShape": _constant_of_shape,
     "NonZero": _nonzero,
     "CumSum": _count,
+    "Clip": _clip,
     **{op: _reduce for op in ELEMENTWISE_OPS},
 }
 """op type -> planner: (the emitting function, a note or "") or why it cannot."""
