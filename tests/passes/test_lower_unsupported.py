@@ -554,9 +554,13 @@ def _position_ids(length, int_type=TensorProto.INT32, source="bits"):
     """RoBERTa's position ids: CumSum over Cast<int>(x > 0) (source "bits"), or over an
     integer input's own values ("values")."""
     nodes = [helper.make_node("CumSum", ["n", "axis"], ["y"], name="cumsum")]
-    if source == "bits":
+    if source.startswith("bits"):
         nodes[:0] = [helper.make_node("Greater", ["x", "zero"], ["b"], name="gt"),
                      helper.make_node("Cast", ["b"], ["n"], name="cast", to=int_type)]
+        if source == "bits-twice":  # torch's dynamo exporter: BOOL -> INT32 -> INT64
+            nodes[1].output[0] = "n32"
+            nodes[1].attribute[0].i = TensorProto.INT32
+            nodes.insert(2, helper.make_node("Cast", ["n32"], ["n"], name="cast2", to=int_type))
         inputs = [_vi("x", [2, length])]
         inits = [numpy_helper.from_array(np.array(0, np.float32), "zero")]
     else:
@@ -580,6 +584,12 @@ def test_integer_cumsum_of_bits_is_summed_in_float_where_the_table_lists_floats_
     assert [helper.get_attribute_value(a) for a in graph.node[1].attribute] == [
         TensorProto.FLOAT]
     assert [helper.get_attribute_value(a) for a in graph.node[3].attribute] == [int_type]
+
+
+def test_a_cumsum_of_bits_cast_twice_is_summed_in_float():
+    out = _lowers(_position_ids(7, TensorProto.INT64, source="bits-twice"), "10.16",
+                  ["Greater", "Cast", "CumSum", "Cast"], {CUMSUM_KEY: 1}, rtol=0, atol=0)
+    assert out.graph.node[1].input[0] == "b"  # both integer Casts left to cleanup
 
 
 @pytest.mark.parametrize("table, lowered", [(np.eye(4, dtype=np.int64), True),

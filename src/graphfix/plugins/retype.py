@@ -140,12 +140,21 @@ def _zero_or_one(x: gs.Tensor) -> gs.Tensor | None:
     """A tensor holding `x`'s values when they are all 0 or 1, to cast to float32: the BOOL
     tensor a Cast to an integer type reads, or `x` itself where a Gather picks it from a
     constant integer table of 0s and 1s (tf2onnx writes CombinedNonMaxSuppression's
-    class counts as rows of an identity matrix); None otherwise."""
+    class counts as rows of an identity matrix); None otherwise. Casts between integer
+    types before it are looked through (torch's dynamo exporter writes RoBERTa's
+    position-id mask as Cast<INT64>(Cast<INT32>(Not(Equal(ids, pad))))): they keep 0
+    and 1 as they are."""
     source = x.inputs[0] if len(x.inputs) == 1 else None
     if source is None or not source.inputs:
         return None
-    if source.op == "Cast" and known_dtype(source.inputs[0]) == np.bool_:
-        return source.inputs[0]
+    while source.op == "Cast":
+        inner = source.inputs[0]
+        dtype = known_dtype(inner)
+        if dtype == np.bool_:
+            return inner
+        if dtype is None or not np.issubdtype(dtype, np.integer) or len(inner.inputs) != 1:
+            return None
+        source = inner.inputs[0]
     if source.op == "Gather":
         table = constant_value(source.inputs[0])
         if (table is not None and np.issubdtype(table.dtype, np.integer)
