@@ -606,12 +606,13 @@ def test_a_cumsum_of_rows_of_a_zero_one_table_is_summed_in_float(table, lowered)
     if lowered:
         _lowers(model, "10.16", ["Gather", "Cast", "CumSum", "Cast"], {CUMSUM_KEY: 1},
                 feed_sets=[{"k": np.array([3, 0, 3, 1, 2], np.int64)}], rtol=0, atol=0)
-    else:
-        _stays(model, "10.16", [("CumSum 'cumsum'", (
-            "TensorRT 10.16 lists CumSum for FP32, FP16, BF16 only, not INT64, and it "
-            "cannot be computed in float32 exactly: its terms are not a Cast of a BOOL "
-            "tensor or rows of a 0/1 table, so they may be large, and a float32 sum of "
-            "large integers rounds"))])
+    else:  # 8.6 lists ReduceSum for floats only: no masked sum either
+        _stays(model, "8.6", [("CumSum 'cumsum'", (
+            "TensorRT 8.6 lists CumSum for FP32, FP16 only, not INT64 (INT32 after the "
+            "parser's cast), and it cannot be computed in float32 exactly: its terms are "
+            "not a Cast of a BOOL tensor or rows of a 0/1 table, so they may be large, and "
+            "a float32 sum of large integers rounds; nor as a masked sum in its own type: "
+            "TensorRT 8.6 lists ReduceSum without INT64 (INT32 after the parser's cast)"))])
 
 
 def test_a_dynamic_summed_axis_is_said_to_be_assumed_short():
@@ -623,12 +624,46 @@ def test_a_dynamic_summed_axis_is_said_to_be_assumed_short():
             feed_sets=[feeds_for(model, x=(2, 300))], rtol=0, atol=0)
 
 
-def test_an_integer_cumsum_of_values_that_may_be_large_is_left():
-    _stays(_position_ids(7, source="values"), "10.16", [("CumSum 'cumsum'", (
-        "TensorRT 10.16 lists CumSum for FP32, FP16, BF16 only, not INT32, and it cannot "
-        "be computed in float32 exactly: its terms are not a Cast of a BOOL tensor or rows "
-        "of a 0/1 table, so they may be large, and a float32 sum of large integers "
-        "rounds"))])
+LEFT_ON_86 = (
+    "TensorRT 8.6 lists CumSum for FP32, FP16 only, not INT32, and it cannot be computed "
+    "in float32 exactly: its terms are not a Cast of a BOOL tensor or rows of a 0/1 table, "
+    "so they may be large, and a float32 sum of large integers rounds; nor as a masked sum "
+    "in its own type: TensorRT 8.6 lists ReduceSum without INT32")
+
+
+def test_an_integer_cumsum_of_values_that_may_be_large_is_left_where_reducesum_is_float():
+    _stays(_position_ids(7, source="values"), "8.6", [("CumSum 'cumsum'", LEFT_ON_86)])
+
+
+MASKED = ["Shape", "Unsqueeze", "Gather", "Range", "Reshape", "Reshape", "Add", "Less",
+          "Cast", "Mul", "ReduceSum"]
+MASKED_EMITTED = ["Shape", "Gather", "Range", "Reshape", "Add", "Less", "Cast", "Unsqueeze",
+                  "Mul", "ReduceSum"]
+
+
+@pytest.mark.parametrize("int_type", [TensorProto.INT32, TensorProto.INT64])
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("axis", [1, -2, 2])
+def test_an_integer_cumsum_of_any_values_is_summed_under_a_mask_in_its_own_type(
+        int_type, exclusive, reverse, axis):
+    """BLOOM's ALiBi positions: CumSum(attention_mask), an INT64 graph input. Values a
+    float32 sum would round (2^30 and more) come out exactly."""
+    dtype = helper.tensor_dtype_to_np_dtype(int_type)
+    model = _model([helper.make_node("CumSum", ["x", "axis"], ["y"], name="cumsum",
+                                     exclusive=exclusive, reverse=reverse)],
+                   [_vi("x", [2, "L", 3], int_type)], [_vi("y", [2, "L", 3], int_type)],
+                   [numpy_helper.from_array(np.array(axis, np.int64), "axis")])
+    big = 2**30 if int_type == TensorProto.INT32 else 2**40
+    values = np.random.default_rng(0).integers(-big, big, (2, 5, 3)) // 8
+    expected, emitted = ([[o for o in ops_ if o != "Add"] for ops_ in (MASKED, MASKED_EMITTED)]
+                         if exclusive else (MASKED, MASKED_EMITTED))
+    summed = 5 if axis in (1, -2) else 3
+    _lowers(model, "10.16", expected, {f"lowered CumSum into {', '.join(emitted)}": 1},
+            notes=[("CumSum 'cumsum'", (
+                f"summed under a triangular mask in {np.dtype(dtype).name}: exact; its "
+                f"product holds {'L' if summed == 5 else 3} times the input's elements"))],
+            feed_sets=[{"x": values.astype(dtype)}], rtol=0, atol=0)
 
 
 def _int_clip(int_type, bounds=("lo", "hi")):
@@ -676,16 +711,13 @@ def test_after_the_run_doctor_says_why_the_pass_left_the_node():
     """doctor alone names lower-unsupported as the fix; after `run --trt`, which ran it, the
     fix says what the pass noted about the node it left, then the fix for elsewhere."""
     model = _position_ids(7, source="values")
-    alone, = [f for f in diagnose(model, parse_target("10.16")).findings
+    alone, = [f for f in diagnose(model, parse_target("8.6")).findings
               if f.rule == "dtype-unsupported"]
     assert alone.fix.startswith("lower-unsupported (the default --trt pipeline runs it) ")
-    result = api_run(model, trt="10.16", check=True)
+    result = api_run(model, trt="8.6", check=True)
     after, = [f for f in result.diagnosis.findings if f.rule == "dtype-unsupported"]
-    assert after.fix == (
-        "lower-unsupported ran and left it: TensorRT 10.16 lists CumSum for FP32, FP16, BF16 "
-        "only, not INT32, and it cannot be computed in float32 exactly: its terms are not a "
-        "Cast of a BOOL tensor or rows of a 0/1 table, so they may be large, and a float32 "
-        "sum of large integers rounds; instead: " + alone.fix.split("; elsewhere: ")[1])
+    assert after.fix == ("lower-unsupported ran and left it: " + LEFT_ON_86 + "; instead: "
+                         + alone.fix.split("; elsewhere: ")[1])
     assert result.report.doctor["findings"][0]["fix"] == after.fix
 
 

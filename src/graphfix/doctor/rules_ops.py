@@ -178,10 +178,12 @@ def _dtype_fix(type_name: str, op: str, listed: str, target: TrtTarget) -> str:
                 f"{type_name}, exactly, where the table lists Max and Min for {type_name}; "
                 f"elsewhere: {fix}")
     if retypes(op, type_name):
+        masked = (f", else as a sum under a triangular mask in {type_name} where the table "
+                  f"lists ReduceSum and Mul for {type_name} (10.x)" if op == "CumSum" else "")
         return (f"lower-unsupported {RUN_BY_TRT} computes {op} in "
                 "FP32 where that is exact (a ConstantOfShape value FP32 holds; sums and "
                 "extrema of a BOOL tensor cast to an integer type, or of rows of a 0/1 "
-                f"table; NonZero); elsewhere: {fix}")
+                f"table; NonZero){masked}; elsewhere: {fix}")
     return fix
 
 

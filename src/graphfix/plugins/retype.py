@@ -37,6 +37,11 @@ cast back::
         torchvision's detectors take ReduceMin/ReduceMax of their image size and
         ReduceProd of a shape, each a [2] vector
 
+    CumSum(x: an integer type, axis a) = ReduceSum(Unsqueeze(x, a + 1) * M, a),
+        M[j, i] = 1 where term j goes into sum i (built from Range at run time)
+        exact: the same integer additions in x's type, where the target lists Mul,
+        ReduceSum, Less, Add and Range for them (10.x); the product holds L times x
+
 Any other integer CumSum or ReduceX is left with the reason: its terms are not known to
 be small, and a float32 sum of large integers rounds. RoBERTa-family exports compute
 their position ids as CumSum(Cast<INT32>(Not(Equal(ids, pad)))), Mask2Former counts mask
@@ -134,6 +139,82 @@ def _count(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
         b.node("Cast", [total], {"to": helper.np_dtype_to_tensor_dtype(dtype)}, out=y)
 
     return emit, note
+
+
+def _cumsum(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
+    """An integer CumSum: in float32 over 0/1 terms (`_count`), else as a sum under a
+    triangular mask in its own type (`_masked_sum`), or why neither."""
+    counted = _count(node, env)
+    if not isinstance(counted, str):
+        return counted
+    masked = _masked_sum(node, env)
+    if not isinstance(masked, str):
+        return masked
+    return f"{counted}; nor as a masked sum in its own type: {masked}"
+
+
+def _masked_sum(node: gs.Node, env: Env) -> tuple[Emit, str] | str:
+    """CumSum(x, axis a) of an integer x of known rank as ReduceSum(Unsqueeze(x, a + 1) *
+    M, a), M[j, i] = 1 where term j goes into output i (j <= i; j < i exclusive; reversed
+    the other way), built from Range(0, L) at run time: the same integer additions, in
+    x's type. Where the target lists Mul, ReduceSum, Less, Add and Range for the types
+    (TensorRT 10.x: INT32 and INT64; 8.x lists ReduceSum for floats only). The product
+    holds L times x's elements (L the summed axis' length), said in a note. BLOOM's
+    ALiBi positions are CumSum(attention_mask), an INT64 graph input."""
+    x, y = node.inputs[0], node.outputs[0]
+    dtype = known_dtype(x)
+    if dtype is None or not np.issubdtype(dtype, np.integer):
+        return "its input is not of a known integer type"
+    shape = next((t.shape for t in (x, y) if t.shape is not None), None)
+    axes = _axes(node, len(shape) if shape is not None else None)
+    if not axes or env.opset < 11:
+        return ("its axis or its input's rank is not known statically" if env.opset >= 11
+                else "Range needs opset 11")
+    axis, rank = axes[0], len(shape)
+    elem = helper.np_dtype_to_tensor_dtype(dtype)
+    if env.target is not None:
+        for op, t in (("Mul", elem), ("ReduceSum", elem), ("Less", TensorProto.INT64),
+                      ("Add", TensorProto.INT64), ("Range", TensorProto.INT64)):
+            unlisted = env.target.unlisted_type(op, t)
+            if unlisted is not None:
+                return f"{env.target.label()} lists {op} without {unlisted}"
+    exclusive = bool(node.attrs.get("exclusive", 0))
+    reverse = bool(node.attrs.get("reverse", 0))
+    trailing = [1] * (rank - axis - 1)
+    length = shape[axis] if isinstance(shape[axis], int) and shape[axis] >= 0 else "L"
+
+    def emit(b: Builder) -> None:
+        i64 = np.dtype(np.int64)
+        dims = b.node("Shape", [x], dtype=i64)
+        size = b.node("Gather", [dims, b.const("axis", np.array(axis, np.int64))],
+                      {"axis": 0}, dtype=i64)
+        index = b.node("Range", [b.const("zero", np.array(0, np.int64)), size,
+                                 b.const("one", np.array(1, np.int64))], dtype=i64)
+        j = b.node("Reshape", [index, b.const("terms", np.array([-1, 1, *trailing]))],
+                   dtype=i64)
+        i = b.node("Reshape", [index, b.const("sums", np.array([1, -1, *trailing]))],
+                   dtype=i64)
+        low, high = (i, j) if reverse else (j, i)  # term j goes into sum i when low < high
+        if not exclusive:  # or equal: low < high + 1
+            high = b.node("Add", [high, b.const("step", np.array(1, np.int64))], dtype=i64)
+        mask = b.cast(b.node("Less", [low, high], dtype=np.bool_), dtype)
+        spread = _unsqueeze(b, x, axis + 1, dtype)
+        terms = b.node("Mul", [spread, mask], dtype=dtype)
+        if b.env.opset >= 13:
+            b.node("ReduceSum", [terms, b.const("summed", np.array([axis], np.int64))],
+                   {"keepdims": 0}, out=y)
+        else:
+            b.node("ReduceSum", [terms], {"axes": [axis], "keepdims": 0}, out=y)
+
+    return emit, (f"summed under a triangular mask in {np.dtype(dtype).name}: exact; its "
+                  f"product holds {length} times the input's elements")
+
+
+def _unsqueeze(b: Builder, x: gs.Tensor, axis: int, dtype) -> gs.Tensor:
+    if b.env.opset >= 13:
+        return b.node("Unsqueeze", [x, b.const("spread", np.array([axis], np.int64))],
+                      dtype=dtype)
+    return b.node("Unsqueeze", [x], {"axes": [axis]}, dtype=dtype)
 
 
 def _zero_or_one(x: gs.Tensor) -> gs.Tensor | None:
@@ -336,7 +417,7 @@ def float_fill_refusal(target: TrtTarget, type_name: str) -> str:
 RETYPES: dict[str, Callable[[gs.Node, Env], tuple[Emit, str] | str]] = {
     "ConstantOfShape": _constant_of_shape,
     "NonZero": _nonzero,
-    "CumSum": _count,
+    "CumSum": _cumsum,
     "Clip": _clip,
     **{op: _reduce for op in ELEMENTWISE_OPS},
 }
