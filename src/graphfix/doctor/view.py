@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 
 from graphfix import weights
-from graphfix.graph.protos import graph_protos, proto_label, walk_protos
+from graphfix.graph.protos import graph_protos, infer_shapes, proto_label, walk_protos
 from graphfix.graph.skeleton import skeleton
 
 STANDARD_DOMAINS = ("", "ai.onnx")
@@ -156,7 +156,7 @@ def _infer(model: onnx.ModelProto, inits) -> tuple[dict[str, TensorInfo], str]:
         tensors[name] = TensorInfo(t.data_type, tuple(int(d) for d in t.dims))
     error = ""
     try:
-        inferred = onnx.shape_inference.infer_shapes(skeleton(model), data_prop=True)
+        inferred = infer_shapes(skeleton(model))
     except Exception as exc:  # noqa: BLE001 - inference failing is a finding, not a crash
         inferred, error = model, f"{type(exc).__name__}: {exc}".splitlines()[0]
     for g in graph_protos(inferred.graph):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import onnx
 
+from graphfix.graph.protos import infer_shapes
 from graphfix.graph.shapes import proto_dim
 
 
@@ -102,7 +103,7 @@ def _inferred(model: onnx.ModelProto, aside: set[str], strict: bool
         if out.name in aside:
             out.type.tensor_type.ClearField("shape")
     try:
-        return onnx.shape_inference.infer_shapes(bare, strict_mode=strict, data_prop=True)
+        return infer_shapes(bare, strict)
     except Exception:  # noqa: BLE001 - onnx raises several types; the caller says why
         return None
 

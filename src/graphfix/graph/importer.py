@@ -207,8 +207,13 @@ class _Importer:
         constants = {t.name for t in proto.initializer}
         constants.update(t.values.name for t in proto.sparse_initializer)
         inputs = [self._tensor(tensors, i) for i in proto.input if i.name not in constants]
-        outputs = [self._tensor(tensors, o) for o in proto.output]
+        # the outputs after the nodes (gs takes them before): a body's own constant named
+        # like a graph output (optimum's merged decoders: the with-past branch returns
+        # an empty `present.*.encoder.*` initializer, the If returns it under that name)
+        # would otherwise resolve to the outer graph's output, and the body lose it
+        before = set(tensors)
         nodes = [self._node(n, tensors) for n in proto.node]
+        outputs = [self._output(tensors, o, before) for o in proto.output]
         return gs.Graph(nodes=nodes, inputs=inputs, outputs=outputs, name=proto.name,
                         doc_string=proto.doc_string, producer_name=producer_name,
                         producer_version=producer_version, opset=self.opset,
@@ -220,6 +225,19 @@ class _Importer:
         found = tensors.get(info.name)
         if found is None:
             found = tensors[info.name] = _value_info(info)
+        return found
+
+    @classmethod
+    def _output(cls, tensors: dict, info: onnx.ValueInfoProto, before: set[str]) -> gs.Tensor:
+        """A graph output as gs imports it: a tensor named before the nodes is that one; one
+        a node made takes everything the output's ValueInfo says (gs makes it from that
+        ValueInfo first and the node then writes it)."""
+        found = tensors.get(info.name)
+        if found is None or info.name in before or not isinstance(found, _Variable):
+            return cls._tensor(tensors, info)
+        declared = _value_info(info)
+        found.__dict__.update({k: v for k, v in declared.__dict__.items()
+                               if k not in ("name", "inputs", "outputs")})
         return found
 
     @staticmethod

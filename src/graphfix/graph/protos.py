@@ -120,3 +120,29 @@ def _tensor_type_name(type_str: str) -> str | None:
     if type_str.startswith("tensor(") and type_str.endswith(")"):
         return type_str[len("tensor("):-1]
     return None
+
+
+def data_propagation_safe(graph: onnx.GraphProto) -> bool:
+    """Whether ONNX's shape inference may propagate values (`data_prop=True`) through
+    `graph`: no tensor name is made in two of its graphs (main graph and bodies). ONNX
+    keeps propagated values by name across scopes, so two If branches that name their
+    tensors alike (optimum's merged decoders: both branches are the decoder) collide:
+    strict inference stops ("Data for input 0 already exists") and lenient inference
+    gives one branch's tensors the other's shapes (a rank-4 Reshape declared rank 3).
+    A graph without bodies is always safe."""
+    if not any(True for node in graph.node for _ in subgraphs(node)):
+        return True
+    seen: set[str] = set()
+    for g in graph_protos(graph):
+        made = {name for node in g.node for name in node.output if name}
+        if made & seen:
+            return False
+        seen |= made
+    return True
+
+
+def infer_shapes(model: onnx.ModelProto, strict: bool = False) -> onnx.ModelProto:
+    """`onnx.shape_inference.infer_shapes` with data propagation where it is safe
+    (`data_propagation_safe`); raises what onnx raises."""
+    return onnx.shape_inference.infer_shapes(
+        model, strict_mode=strict, data_prop=data_propagation_safe(model.graph))

@@ -17,6 +17,7 @@ import onnx_graphsurgeon as gs
 from graphfix.graph.convert import export_skeleton
 from graphfix.graph.dtypes import np_dtype
 from graphfix.graph.protos import graph_protos
+from graphfix.graph.protos import infer_shapes as proto_infer_shapes
 from graphfix.graph.walk import all_graphs, tensor_map
 
 Dim = int | str | None
@@ -41,7 +42,7 @@ def infer_shapes(graph: gs.Graph, clear: bool = False, symbolic: bool = False) -
     if clear:
         for t in _inner_variables(graph):
             t.shape = None
-    inferred = onnx.shape_inference.infer_shapes(export_skeleton(graph), data_prop=True)
+    inferred = proto_infer_shapes(export_skeleton(graph))
     updated = apply_inferred(graph, inferred)
     if symbolic and not any(graph.subgraphs()) and reads_unnamed_dims(graph):
         refined = symbolic_shapes(inferred)
@@ -169,7 +170,7 @@ def _concrete_dims(model: onnx.ModelProto, dynamic: dict[str, list[int]],
             dim.Clear()
             dim.dim_value = base * scale
     try:
-        inferred = onnx.shape_inference.infer_shapes(concrete, data_prop=True)
+        inferred = proto_infer_shapes(concrete)
     except Exception:  # noqa: BLE001 - the sizes do not suit the model: undecided
         return {}
     dims = {}
@@ -489,7 +490,7 @@ def contradicted_types(model: onnx.ModelProto) -> tuple[str, ...]:
     bare.CopyFrom(model)  # a skeleton: no weights to copy
     del bare.graph.value_info[:]
     try:
-        inferred = onnx.shape_inference.infer_shapes(bare, data_prop=True)
+        inferred = proto_infer_shapes(bare)
     except Exception:  # noqa: BLE001 - onnx raises several types; nothing can be told
         return ()
     computed = {vi.name: vi.type.tensor_type.elem_type for vi in inferred.graph.value_info

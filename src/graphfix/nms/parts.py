@@ -18,6 +18,7 @@ import onnx
 from onnx import helper
 
 from graphfix.errors import InternalError
+from graphfix.graph.protos import infer_shapes
 from graphfix.graph.skeleton import skeleton
 from graphfix.nms._flow import Flow
 from graphfix.nms.chain import FROM_BACKBONE, FROM_NMS, SplitManifest, TensorSpec
@@ -29,7 +30,7 @@ Info = Mapping[str, tuple[int, list | None]]
 def tensor_info(model: onnx.ModelProto) -> dict[str, tuple[int, list | None]]:
     """name -> (elem type, dims: int, symbolic name or None) from shape inference."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(skeleton(model), data_prop=True)
+        inferred = infer_shapes(skeleton(model))
     except Exception:  # inference fails on some custom ops: keep what the model declares
         inferred = model
     g = inferred.graph

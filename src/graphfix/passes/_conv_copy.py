@@ -63,7 +63,7 @@ from graphfix.graph import (
     replace_in,
 )
 from graphfix.graph.convert import export
-from graphfix.graph.protos import graph_protos
+from graphfix.graph.protos import graph_protos, infer_shapes
 from graphfix.graph.skeleton import skeleton
 from graphfix.passes._hard_activations import relu6_of_x_plus_3
 
@@ -325,7 +325,7 @@ def _infer(graph: gs.Graph, input_shapes: dict[str, tuple[int, ...]]) -> dict[st
             for d in input_shapes[vi.name]:
                 dims.add().dim_value = int(d)
     try:
-        inferred = onnx.shape_inference.infer_shapes(skeleton(model), data_prop=True)
+        inferred = infer_shapes(skeleton(model))
     except (onnx.shape_inference.InferenceError, ValueError):
         return {}
     shapes = {}

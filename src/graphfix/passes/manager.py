@@ -86,6 +86,7 @@ from graphfix.graph.declared import (
     unconfirmed,
 )
 from graphfix.graph.declared import dims as declared_dims
+from graphfix.graph.protos import infer_shapes
 from graphfix.graph.prune import prune
 from graphfix.graph.samecomp import Digests, same_computation
 from graphfix.graph.shapes import apply_inferred, contradicted_types
@@ -105,6 +106,7 @@ from graphfix.report import (
     Report,
 )
 from graphfix.runtime import references
+from graphfix.runtime.coverage import unrun_branches
 from graphfix.runtime.outputs import OutputCheck
 
 PassCallback = Callable[[PassRecord, onnx.ModelProto], None]
@@ -223,7 +225,7 @@ def _checker_error(model: onnx.ModelProto) -> str | None:
 
 def _inference(model: onnx.ModelProto, strict: bool) -> tuple[onnx.ModelProto | None, str]:
     try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=strict, data_prop=True), ""
+        return infer_shapes(model, strict), ""
     except Exception as err:  # onnx raises InferenceError, TypeError, RuntimeError...
         return None, str(err).strip().splitlines()[0][:300]
 
@@ -361,6 +363,8 @@ class _Runner:
         self.rounds_run: dict[str, int] = {}
         self.removed: dict[str, str] = {}  # tensor -> the pass whose rewrite removed it
         self.notes: list[str] = list(self.verifier.notes)
+        if output_check.expected:
+            self.notes += unrun_branches(model, output_check.feeds)
         self.names = graph_names(self.state.graph)  # of the graph after the last step
         # a preset round's passes leave their graph unexported until the round's end
         # (`_attempt`), unless each pass's model is asked for (on_pass_done)

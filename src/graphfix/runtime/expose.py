@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from graphfix.graph.protos import infer_shapes
 from graphfix.graph.skeleton import skeleton
 from graphfix.runtime.session import make_session
 
@@ -33,7 +34,7 @@ def infer_tensor_info(
             for size in np.shape(feeds[vi.name]):
                 shape.dim.add().dim_value = int(size)
     try:
-        inferred = onnx.shape_inference.infer_shapes(sk, data_prop=True)
+        inferred = infer_shapes(sk)
     except Exception:  # inference fails on some custom ops: keep what the model declares
         inferred = sk
     info: dict[str, tuple[int, list]] = {}
