@@ -32,7 +32,9 @@ STATIC = "fix-shapes{INPUT=DIMS} with the sizes you will run, then fold-constant
 EINSUM = ("lower-unsupported (graphfix run --trt VERSION): an ellipsis that leads every "
           "operand and the output becomes MatMul/Transpose/Reshape; other equations need a "
           "re-export without the ellipsis")
-BRANCHES = (f"{STATIC}: an If whose condition becomes a constant is replaced by the branch "
+BRANCHES = ("outputs named alike: lower-unsupported (graphfix run --trt VERSION) renames the "
+            "else branch's; other shapes or ranks: "
+            f"{STATIC}: an If whose condition becomes a constant is replaced by the branch "
             "it takes")
 DROPOUT = ("fold-constants, then eliminate-noops (removes a Dropout whose training_mode is "
            "false); a Dropout in training mode has to go before export")

@@ -31,6 +31,11 @@ saying why.
 So is a ConstantOfShape with an FP16 or BF16 value up to 10.0 (every such value is a
 float32 one) computed in float32, where the target's Cast row lists that type.
 
+An If whose else branch names an output like the then branch does (optimum's merged
+decoders) gets fresh names for those in the else branch, which every table's If row asks
+for ("must have different names"; `graphfix.plugins.branches`): names inside a branch are
+its own, so nothing computed changes.
+
 A DequantizeLinear of an INT32 constant where the target's row does not list INT32 (the
 bias that onnxruntime's quantize_static writes for every Conv and Gemm of a Q/DQ model;
 TensorRT quantizes biases itself) becomes the float constant it computes:
@@ -75,6 +80,7 @@ from graphfix.graph import (
 )
 from graphfix.graph.dtypes import float_dtype
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
+from graphfix.plugins import branches
 from graphfix.plugins.function_bodies import has_body
 from graphfix.plugins.lowering import (
     LOWERINGS,
@@ -185,8 +191,14 @@ class LowerUnsupported(Pass):
         opset, names = opset_of(graph), names_in_use(graph)
         plugins, replaceable = _Plugins(opset, ctx.plugin_rules, target), {}
         native: dict[str, list[str]] = {}  # op -> labels of nodes the target parses as they are
+        distinct = branches.applies(target)
         for g in list(all_graphs(graph)):
             for node in [n for n in g.nodes if n.outputs and is_onnx(n)]:
+                if distinct and node.op == "If" and branches.clashing(node):
+                    if ctx.allow_rewrite(self.name, f"{node_label(node)}'s else outputs"):
+                        result.counts[BRANCH_NAMES] += branches.rename_else_outputs(node, names)
+                    else:
+                        result.notes.append(Note(node_label(node), LIMIT_REACHED))
                 env = Env(g, opset, float_dtype(node.inputs[0]) if node.inputs else None,
                           target, forced)
                 checked = _check(node, env, target, forced, plugins)
@@ -221,6 +233,9 @@ class LowerUnsupported(Pass):
             result.notes.append(Note("graph", f"no node to lower {what}"))
         return result
 
+
+BRANCH_NAMES = "renamed If else-branch outputs named like the then branch's"
+"""The count of `branches.rename_else_outputs` (TensorRT's If restriction)."""
 
 NATIVE = "parses it natively"
 """`_check`'s answer for a node with a lowering that the target parses as it is: one note
