@@ -122,6 +122,9 @@ def _tensor_type_name(type_str: str) -> str | None:
     return None
 
 
+_BODY_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
 def data_propagation_safe(graph: onnx.GraphProto) -> bool:
     """Whether ONNX's shape inference may propagate values (`data_prop=True`) through
     `graph`: no tensor name is made in two of its graphs (main graph and bodies). ONNX
@@ -130,8 +133,9 @@ def data_propagation_safe(graph: onnx.GraphProto) -> bool:
     strict inference stops ("Data for input 0 already exists") and lenient inference
     gives one branch's tensors the other's shapes (a rank-4 Reshape declared rank 3).
     A graph without bodies is always safe."""
-    if not any(True for node in graph.node for _ in subgraphs(node)):
-        return True
+    if not any(node.op_type in _BODY_OPS or node.domain not in ("", "ai.onnx")
+               for node in graph.node):  # only these can hold bodies (a walk of the
+        return True                      # attributes is 5 ms on 7,000 nodes)
     seen: set[str] = set()
     for g in graph_protos(graph):
         made = {name for node in g.node for name in node.output if name}
