@@ -8,6 +8,7 @@ from gfhelpers import assert_same_outputs, feeds_for, ops, parse
 
 from graphfix.graph.declared import unconfirmed
 from graphfix.passes.base import NoOptions, Pass, PassContext, PassResult
+from graphfix.passes.cleanup import Cleanup
 from graphfix.passes.fold_constants import FoldConstants
 from graphfix.passes.manager import run_passes, run_pipeline
 from graphfix.passes.pipeline import parse_pipeline
@@ -124,3 +125,22 @@ def test_a_declaration_the_nodes_bear_out_still_rolls_back_the_pass_that_contrad
     assert "shape inference fails on the result" in record.rollback_reason
     assert ops(out) == ["Relu"] and _shape(out) == [2, 3]
     assert not any("was declared" in n for n in report.verify_notes)
+
+
+def test_a_declaration_the_input_itself_contradicts_gives_way_at_once():
+    # [2, 6] reshaped to [3, 4], declared [4, 3]: strict inference failed on the input, so
+    # every pass was held to lenient inference and the output kept the wrong declaration
+    model = onnx.parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
+    g (float[2,6] x) => (float[4,3] y) {
+        t = Constant<value = int64[2] {3, 4}>()
+        i = Identity(x)
+        y = Reshape(i, t)
+    }""")
+    out, report = _run(model, Cleanup())
+    assert [r.status for r in report.passes] == [APPLIED]
+    assert ops(out) == ["Constant", "Reshape"] and _shape(out) == [3, 4]
+    assert report.verify_notes == [
+        "output 'y' was declared with shape [4, 3], but its nodes compute [3, 4] "
+        "(onnxruntime warns of it on every run): the output declares the computed shape now"]
+    onnx.checker.check_model(out, full_check=True)
+    assert_same_outputs(model, out, feeds_for(model))

@@ -86,8 +86,7 @@ def describe(name: str, declared: onnx.TypeProto.Tensor,
     """The run's note for one redeclared output."""
     return (f"output '{name}' was declared with shape {dims(declared)}, but its nodes "
             f"compute {dims(computed)} (onnxruntime warns of it on every run): the output "
-            "now declares the computed shape; a pass whose rewrite made the shape known "
-            "would otherwise have been rolled back for the old declaration")
+            "declares the computed shape now")
 
 
 def dims(tensor_type: onnx.TypeProto.Tensor) -> list:

@@ -160,12 +160,22 @@ class Verifier:
                     "load it): graphfix dropped those value_info entries, so the output "
                     "has the types the nodes compute")
                 inferred, err = _inference(model, strict=True)
+        redeclared = {}
+        if inferred is None:  # output shapes its own nodes contradict: they give way
+            redone = redeclare(model, unconfirmed(model), strict=True)
+            if redone is not None:
+                inferred, computed = redone
+                redeclared = {o.name: (_copied(o.type.tensor_type), computed[o.name])
+                              for o in model.graph.output if o.name in computed}
+                set_declarations(model.graph.output, computed)  # the skeleton is a copy
         strict = inferred is not None
         if not strict:  # err says where
             notes.append(f"the input model fails strict shape inference ({err}); passes get "
                          "the lenient one")
             inferred, _ = _inference(model, strict=False)
-        return cls(checker, strict, notes, inferred, contradicted, model)
+        verifier = cls(checker, strict, notes, inferred, contradicted, model)
+        verifier.redeclared.update(redeclared)
+        return verifier
 
     def problem(self, model: onnx.ModelProto) -> str | None:
         """What is structurally wrong with a pass's result, or None (then `inferred` holds
@@ -185,9 +195,8 @@ class Verifier:
             inferred, computed = redone
             for out in skeleton_.graph.output:
                 if out.name in computed and out.name not in self.redeclared:
-                    was = onnx.TypeProto.Tensor()
-                    was.CopyFrom(out.type.tensor_type)
-                    self.redeclared[out.name] = (was, computed[out.name])
+                    self.redeclared[out.name] = (_copied(out.type.tensor_type),
+                                                 computed[out.name])
             set_declarations(model.graph.output, computed)
         self.inferred = inferred
         return None
@@ -201,6 +210,12 @@ class Verifier:
         if not self._unconfirmed:
             return None
         return redeclare(skeleton_, self._unconfirmed, self.strict_inference)
+
+
+def _copied(tensor_type: onnx.TypeProto.Tensor) -> onnx.TypeProto.Tensor:
+    copy = onnx.TypeProto.Tensor()
+    copy.CopyFrom(tensor_type)
+    return copy
 
 
 def _checkable_skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -356,6 +371,9 @@ class _Runner:
                 for t in tensor_map(g).values():
                     if t.name in dropped and isinstance(t, gs.Variable):
                         t.dtype, t.shape = None, None
+            model = to_model(graph, model)
+        if self.verifier.redeclared:  # output shapes the input's own nodes contradict
+            _take_declarations(graph, self.verifier)
             model = to_model(graph, model)
         self.state = _State(graph, model, spill=spill)
         self.state.annotate(self.verifier.inferred)
