@@ -86,3 +86,16 @@ def test_describe_names_the_numbers():
     assert text.startswith("y: max abs 0.5 = 0.0013 of max|ref| 400, SQNR 55 dB")
     assert text.endswith("(allowed 0.004)")
     assert one(ref, ref.copy()).describe() == "y: exact"
+
+
+def test_an_empty_optional_compares_equal_only_to_an_empty_optional():
+    # onnxruntime returns None for an empty optional output (ONNX's test_if_opt with its
+    # condition true): it was "missing from the rewritten model" though both were empty
+    same, = compare_outputs({"o": None}, {"o": None})
+    assert same.ok and same.max_abs == 0.0
+    one, = compare_outputs({"o": None}, {"o": np.zeros(2, np.float32)})
+    assert not one.ok and one.problem == "an empty optional in one model only"
+    other, = compare_outputs({"o": np.zeros(2, np.float32)}, {"o": None})
+    assert not other.ok and other.problem == "an empty optional in one model only"
+    gone, = compare_outputs({"o": None}, {})
+    assert not gone.ok and gone.problem == "missing from the rewritten model"

@@ -106,7 +106,7 @@ from graphfix.report import (
     Report,
 )
 from graphfix.runtime import references
-from graphfix.runtime.coverage import unrun_branches
+from graphfix.runtime.coverage import branch_notes
 from graphfix.runtime.outputs import OutputCheck
 
 PassCallback = Callable[[PassRecord, onnx.ModelProto], None]
@@ -381,8 +381,7 @@ class _Runner:
         self.rounds_run: dict[str, int] = {}
         self.removed: dict[str, str] = {}  # tensor -> the pass whose rewrite removed it
         self.notes: list[str] = list(self.verifier.notes)
-        if output_check.expected:
-            self.notes += unrun_branches(model, output_check.feeds)
+        self.input = model  # for the notes on the If branches the check ran (`finish`)
         self.names = graph_names(self.state.graph)  # of the graph after the last step
         # a preset round's passes leave their graph unexported until the round's end
         # (`_attempt`), unless each pass's model is asked for (on_pass_done)
@@ -523,6 +522,9 @@ class _Runner:
         self._note_unjudged()
         self.notes += [describe(name, *types) for name, types in self.verifier.redeclared.items()]
         check = self.output_check
+        if check.enabled:
+            self.notes += branch_notes(self.input, check.feeds,
+                                       {name: other.enabled for name, other in check.others})
         report = Report(
             pipeline=pipeline,
             passes=self.records,

@@ -1,10 +1,11 @@
-"""What the output check cannot run: If branches a BOOL graph input chooses.
+"""If branches a BOOL graph input chooses, and the output check's runs of them.
 
-The check runs the model once, on one set of inputs. Where an If's condition is a
-BOOL graph input (optimum's merged decoders: `use_cache_branch` picks the decoder with
-or without its cache), that run takes one branch, and a rewrite in the other is held
-to the structural checks only (onnx.checker, shape inference). The run says so, and
-how to run the other branch too.
+The check runs the model on one set of inputs. Where an If's condition is a BOOL graph
+input (optimum's merged decoders: `use_cache_branch` picks the decoder with or without
+its cache), that run takes one branch only, and a rewrite that broke the other would
+pass (the nineteenth round found one: T5's merged decoder). So the check runs the model
+once more per such input, flipped (`OutputCheck.others`), and the run says so; where the
+original cannot run with the input flipped, the run says which branch went unrun.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import onnx
 from graphfix.graph.protos import proto_label
 
 
-def unrun_branches(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[str]:
-    """One note per BOOL graph input that is the condition of main-graph If nodes: the
-    value the check feeds, the branch those Ifs take, the one they leave unrun."""
+def branch_inputs(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]
+                  ) -> dict[str, list[str]]:
+    """BOOL graph inputs of one element fed in `feeds` that are the condition of
+    main-graph If nodes -> those nodes' labels."""
     inputs = {vi.name for vi in model.graph.input}
     chosen: dict[str, list[str]] = {}
     for node in model.graph.node:
@@ -28,13 +30,25 @@ def unrun_branches(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> l
             value = np.asarray(feeds[cond])
             if value.dtype == np.bool_ and value.size == 1:
                 chosen.setdefault(cond, []).append(proto_label(node))
+    return chosen
+
+
+def branch_notes(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+                 flipped: Mapping[str, bool]) -> list[str]:
+    """One note per input of `branch_inputs`: both values checked (`flipped[name]`: the
+    check with the input flipped runs), or the branch the check could not run, and how
+    to run it."""
     notes = []
-    for name, labels in chosen.items():
+    for name, labels in branch_inputs(model, feeds).items():
         value = bool(np.asarray(feeds[name]).reshape(()))
+        nodes = f"{labels[0]} takes" if len(labels) == 1 else f"{len(labels)} If nodes take"
+        if flipped.get(name):
+            notes.append(f"the check runs the model with {name} = {value} and again with "
+                         f"{not value}: {nodes} a branch by it")
+            continue
         taken, other = ("then", "else") if value else ("else", "then")
-        nodes = f"{labels[0]} runs" if len(labels) == 1 else f"{len(labels)} If nodes run"
-        notes.append(f"the check feeds {name} = {value}: {nodes} only the {taken} "
-                     f"branch, so rewrites in the {other} branch were checked structurally "
-                     f"but not run; run again with --input-value {name}={int(not value)} to "
-                     "run it")
+        notes.append(f"the check feeds {name} = {value}: {nodes} only the {taken} branch "
+                     f"(the original does not run with {not value}), so rewrites in the "
+                     f"{other} branch were checked structurally but not run; run again with "
+                     f"--input-value {name}={int(not value)} to run it")
     return notes

@@ -34,6 +34,7 @@ from graphfix.errors import GraphfixError, said
 from graphfix.graph.protos import graph_protos
 from graphfix.runtime import pinning, references
 from graphfix.runtime.compare import OutputDiff, compare_outputs, unstable
+from graphfix.runtime.coverage import branch_inputs
 from graphfix.runtime.failures import cannot_run
 from graphfix.runtime.feeds import DEFAULT_SEED, NoTestData, model_feeds
 from graphfix.runtime.measure import measure
@@ -53,6 +54,7 @@ class CheckOutcome:
     error: str = ""
     # selections that chose among near-ties, judged with the original's choice (`pinning`)
     pinned: list[str] = field(default_factory=list)
+    where: str = ""  # the inputs it failed on, when not the check's own (`OutputCheck.others`)
 
     @property
     def max_abs(self) -> float | None:
@@ -60,13 +62,15 @@ class CheckOutcome:
         return max(finite) if finite else None
 
     def describe(self) -> str:
+        where = f"{self.where}: " if self.where else ""
         if self.error:
-            return self.error
+            return where + self.error
         bad = [d for d in self.diffs if not d.ok]
         if bad:
             pins = (f" (with the original's choice at {', '.join(self.pinned)}, which chose "
                     "among values tied to within rounding)") if self.pinned else ""
-            return "outputs differ" + pins + ": " + "; ".join(d.describe() for d in bad)
+            return where + "outputs differ" + pins + ": " + "; ".join(
+                d.describe() for d in bad)
         skipped = [d.name for d in self.diffs if d.not_compared]
         empty = [d.name for d in self.diffs if d.not_compared == EMPTY]
         ill = [name for name in skipped if name not in empty]
@@ -122,6 +126,8 @@ class OutputCheck:
         self._waiting = threading.Event()  # set once a caller waits for the original
         self._ahead: _FloorAhead | None = None  # the floor measured ahead, unused so far
         self.computed_in: dict[str, str] = {}  # output -> the narrow float it was cast from
+        # the same check with a BOOL input that picks If branches flipped (`prepare`)
+        self.others: list[tuple[str, OutputCheck]] = []
 
     def _settled(self) -> None:
         """Wait for the original's run in the background, if one is under way; raise
@@ -139,6 +145,8 @@ class OutputCheck:
             self._waiting.set()
             worker.join()
             self._worker = None
+        for _, other in self.others:
+            other.join()
 
     def close(self) -> None:
         """Leave nothing running in the background: wait for the original's run, stop
@@ -148,6 +156,8 @@ class OutputCheck:
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             ahead.stop()
+        for _, other in self.others:
+            other.close()
 
     @property
     def reference(self) -> Mapping[str, np.ndarray] | None:
@@ -192,6 +202,7 @@ class OutputCheck:
         background: bool = False,
         data_key: str | None = None,
         preprocess: str | None = None,
+        flip: bool = True,
     ) -> OutputCheck:
         """Make the inputs and run the original; a model onnxruntime cannot run is skipped,
         with why (`runtime.failures`). Inputs: the first run's worth of `data` (anything
@@ -203,7 +214,12 @@ class OutputCheck:
         while the caller goes on (the passes of `graphfix run`: Mask R-CNN's 1.2 s run
         then costs 0.5 s on 2 cores); what needs its outputs waits for it, and
         `expected` tells what may be checked without waiting. The thread runs a copy of
-        `model` (`_private`): the caller may go on reading it, or change it."""
+        `model` (`_private`): the caller may go on reading it, or change it.
+
+        With `flip`, each BOOL graph input that is the condition of If nodes
+        (`coverage.branch_inputs`: optimum's merged decoders' `use_cache_branch`) gets a
+        check of its own with that input flipped (`others`), so that `verify` runs both
+        branches: a check on one value alone passed a rewrite that broke the other."""
         if data is not None:
             from graphfix.runtime.data import first_feeds
 
@@ -217,17 +233,23 @@ class OutputCheck:
         check = cls(feeds, None, "", providers, used_seed, str(data or ""))
         if not background:
             check._run_original(model)
-            return check
-        own = _private(model)
+        else:
+            own = _private(model)
 
-        def run() -> None:
-            try:
-                check._run_original(own)
-            except BaseException as err:  # noqa: BLE001 - raised where the check is used
-                check._failure = err
+            def run() -> None:
+                try:
+                    check._run_original(own)
+                except BaseException as err:  # noqa: BLE001 - raised where the check is used
+                    check._failure = err
 
-        check._worker = threading.Thread(target=run, name="graphfix-original", daemon=True)
-        check._worker.start()
+            check._worker = threading.Thread(target=run, name="graphfix-original",
+                                             daemon=True)
+            check._worker.start()
+        for name in branch_inputs(model, feeds) if flip else ():
+            flipped = {**(values or {}), name: int(not np.asarray(feeds[name]).reshape(()))}
+            check.others.append((name, cls.prepare(
+                model, shapes, data, seed, providers, flipped, background, data_key,
+                preprocess, flip=False)))
         return check
 
     def _run_original(self, model: onnx.ModelProto) -> None:
@@ -283,6 +305,7 @@ class OutputCheck:
             return OutputCheck(self.feeds, None, reason, self.providers, self.seed, self.data)
         check._mark_random(model)
         check._floor_when_needed(model)
+        check.others = [(name, other.rebased(model)) for name, other in self.others]
         return check
 
     def _floor_when_needed(self, model: onnx.ModelProto) -> None:
@@ -352,6 +375,12 @@ class OutputCheck:
             self.close()
         if not outcome.ok and not outcome.error and seen:
             outcome = self._pinned(model, seen, outcome, outputs, following)
+        for name, other in self.others if outcome.ok else ():
+            if other.enabled:  # the original runs with the input flipped
+                also = other.verify(model)
+                if not also.ok:
+                    also.where = f"with {name} = {bool(other.feeds[name].reshape(()))}"
+                    return also
         return outcome
 
     def _pinned(self, model: onnx.ModelProto, seen: dict[str, np.ndarray],
@@ -420,7 +449,7 @@ class OutputCheck:
         random inputs, a batch of 0), with why they judge nothing: their shape and type
         are still compared, their values cannot be."""
         return {name: EMPTY for name, ref in (self.reference or {}).items()
-                if isinstance(ref, np.ndarray) and ref.size == 0}
+                if ref is None or (isinstance(ref, np.ndarray) and ref.size == 0)}
 
     @property
     def unjudged(self) -> dict[str, str]:
