@@ -167,6 +167,6 @@ def test_the_passes_with_many_independent_rewrites_count_them():
     assert counting == {
         "fold-bn", "fuse-conv-bias", "fuse-conv-mul", "fuse-pad-conv", "normalize-activations",
         "eliminate-noops", "dedup-constants", "merge-duplicates", "fold-reshape-targets",
-        "unflatten-linear",
+        "unflatten-linear", "merge-parallel-convs",
         "bound-nms", "plugin-to-nms", "nms-to-plugin", "nms-for-trt", "lower-unsupported",
         "substitute-plugins", "migrate-plugins"}

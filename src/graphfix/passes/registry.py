@@ -24,6 +24,7 @@ _LISTED: tuple[tuple[str, str], ...] = (  # (name, module:class) in the order pa
     ("fold-reshape-targets", "fold_reshape_targets:FoldReshapeTargets"),
     ("unflatten-linear", "unflatten_linear:UnflattenLinear"),
     ("fold-bn", "fold_bn:FoldBatchNorm"),
+    ("merge-parallel-convs", "merge_parallel_convs:MergeParallelConvs"),
     ("fix-shapes", "fix_shapes:FixShapes"),
     ("eliminate-noops", "eliminate_noops:EliminateNoops"),
     ("fuse-conv-mul", "fuse_conv_mul:FuseConvMul"),
@@ -125,7 +126,8 @@ PRESETS: tuple[Preset, ...] = (
         "trt-prep",
         "Make Conv -> bias -> activation chains fusible for TensorRT: inline local "
         "functions, unfuse contrib ops, "
-        "remove no-ops, fold BatchNorm/Mul/Add/Pad into convs, normalize activations, "
+        "remove no-ops, fold BatchNorm/Mul/Add/Pad into convs, merge parallel convs of one "
+        "input, normalize activations, "
         "share repeated constants and expressions.",
         (
             "inline-functions",
@@ -136,6 +138,7 @@ PRESETS: tuple[Preset, ...] = (
             "unfuse-contrib",
             "eliminate-noops",
             "fold-bn",
+            "merge-parallel-convs",
             "fuse-conv-mul",
             "fuse-conv-bias",
             "fuse-pad-conv",
