@@ -147,6 +147,20 @@ _NOT_RESTORED = ("trt", "rewrites", "plugin_rules", "shapes_inferred", "static_s
 LIMIT_REACHED = "rewrite limit reached"
 
 
+def may_rewrite(result: PassResult, ctx: PassContext, pass_name: str, subject: str,
+                plan: Any) -> bool:
+    """Whether a pass may apply `plan` to `subject` (a node label): not when the plan is
+    a reason (a str: noted as why the node stays), nor when the rewrite budget refuses
+    it (noted as `LIMIT_REACHED`)."""
+    if isinstance(plan, str):
+        result.notes.append(Note(subject, plan))
+        return False
+    if not ctx.allow_rewrite(pass_name, subject):
+        result.notes.append(Note(subject, LIMIT_REACHED))
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Rewrite:
     """One rewrite a budget allowed: its number over the run (from 1), the pass (its

@@ -43,7 +43,7 @@ from graphfix.graph import (
     names_in_use,
     node_label,
 )
-from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
+from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult, may_rewrite
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -83,11 +83,7 @@ class MergeParallelConvs(Pass):
                     continue
                 found += 1
                 plan = _plan(terms, g, node_ids)
-                if isinstance(plan, str):
-                    result.notes.append(Note(node_label(add), plan))
-                    continue
-                if not ctx.allow_rewrite(self.name, node_label(add)):
-                    result.notes.append(Note(node_label(add), LIMIT_REACHED))
+                if not may_rewrite(result, ctx, self.name, node_label(add), plan):
                     continue
                 names = names if names is not None else names_in_use(graph)
                 _rewrite(g, add, plan, names)

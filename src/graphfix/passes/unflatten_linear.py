@@ -41,7 +41,7 @@ from graphfix.graph import (
     opset_of,
 )
 from graphfix.passes._shape_values import Dim, evaluate
-from graphfix.passes.base import LIMIT_REACHED, NoOptions, Note, Pass, PassContext, PassResult
+from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult, may_rewrite
 
 _MIDDLE = ("Gemm", "MatMul")
 
@@ -78,11 +78,7 @@ class UnflattenLinear(Pass):
                     continue
                 found += 1
                 plans = _plans(g, first, readers, opset)
-                if isinstance(plans, str):
-                    result.notes.append(Note(node_label(first), plans))
-                    continue
-                if not ctx.allow_rewrite(self.name, node_label(first)):
-                    result.notes.append(Note(node_label(first), LIMIT_REACHED))
+                if not may_rewrite(result, ctx, self.name, node_label(first), plans):
                     continue
                 names = names if names is not None else names_in_use(graph)
                 for plan in plans:
