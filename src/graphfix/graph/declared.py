@@ -41,13 +41,17 @@ def unconfirmed(model: onnx.ModelProto) -> frozenset[str]:
                      if name not in computed or not _reproduces(vi, computed[name]))
 
 
+Change = tuple[onnx.TypeProto.Tensor, onnx.TypeProto.Tensor]
+"""An output's declared tensor type (a copy) and the one its nodes compute."""
+
+
 def redeclare(model: onnx.ModelProto, names: frozenset[str], strict: bool
-              ) -> tuple[onnx.ModelProto, dict[str, onnx.TypeProto.Tensor]] | None:
+              ) -> tuple[onnx.ModelProto, dict[str, Change]] | None:
     """Shape inference of `model` (a skeleton, copied) with the declared shapes of the
     outputs `names` set aside: the inferred model and, for each of those outputs whose
-    declaration the nodes contradict, the tensor type they compute. None when inference
-    still fails, or when it passes but contradicts none of them (the failure was
-    elsewhere)."""
+    declaration the nodes contradict, its declared and its computed tensor type. None
+    when inference still fails, or when it passes but contradicts none of them (the
+    failure was elsewhere)."""
     aside = {o.name for o in model.graph.output if o.name in names and _has_shape(o)}
     if not aside:
         return None
@@ -55,22 +59,25 @@ def redeclare(model: onnx.ModelProto, names: frozenset[str], strict: bool
     inferred = _inferred(model, aside, strict)
     if inferred is None:
         return None
-    types = {o.name: o.type.tensor_type for o in inferred.graph.output
-             if o.name in aside and _conflict(declared[o.name], o)}
-    if not types:
-        return None
-    # the outputs set aside that the nodes do not contradict keep their declarations
+    changes = {}
     for out in inferred.graph.output:
-        if out.name in aside and out.name not in types:
-            out.type.CopyFrom(declared[out.name].type)
-    return inferred, types
+        if out.name not in aside:
+            continue
+        was = declared[out.name]
+        if _conflict(was, out):
+            copy = onnx.TypeProto.Tensor()
+            copy.CopyFrom(was.type.tensor_type)
+            changes[out.name] = (copy, out.type.tensor_type)
+        else:  # the nodes do not contradict it: it keeps its declaration
+            out.type.CopyFrom(was.type)
+    return (inferred, changes) if changes else None
 
 
-def set_declarations(outputs, types: dict[str, onnx.TypeProto.Tensor]) -> None:
-    """Give the outputs (ValueInfoProtos) named in `types` those tensor types."""
+def set_declarations(outputs, changes: dict[str, Change]) -> None:
+    """Give the outputs (ValueInfoProtos) named in `changes` their computed types."""
     for out in outputs:
-        if out.name in types:
-            out.type.tensor_type.CopyFrom(types[out.name])
+        if out.name in changes:
+            out.type.tensor_type.CopyFrom(changes[out.name][1])
 
 
 def contradicts(shape: list | None, computed: onnx.TypeProto.Tensor) -> bool:

@@ -79,6 +79,7 @@ from graphfix.errors import GraphfixError
 from graphfix.graph import count_nodes, fingerprint, to_graph, to_model
 from graphfix.graph.convert import settle_constants
 from graphfix.graph.declared import (
+    Change,
     contradicts,
     describe,
     redeclare,
@@ -126,8 +127,7 @@ class Verifier:
     """The input's value_info entries whose type its nodes contradict (`for_input`)."""
     input_skeleton: onnx.ModelProto | None = None
     """The input as the checks saw it: which output declarations its nodes bear out."""
-    redeclared: dict[str, tuple[onnx.TypeProto.Tensor, onnx.TypeProto.Tensor]] = field(
-        default_factory=dict)
+    redeclared: dict[str, Change] = field(default_factory=dict)
     """Outputs whose declared shape gave way (`graph.declared`): (declared, computed)."""
     _unconfirmed: frozenset[str] | None = None
 
@@ -164,10 +164,8 @@ class Verifier:
         if inferred is None:  # output shapes its own nodes contradict: they give way
             redone = redeclare(model, unconfirmed(model), strict=True)
             if redone is not None:
-                inferred, computed = redone
-                redeclared = {o.name: (_copied(o.type.tensor_type), computed[o.name])
-                              for o in model.graph.output if o.name in computed}
-                set_declarations(model.graph.output, computed)  # the skeleton is a copy
+                inferred, redeclared = redone
+                set_declarations(model.graph.output, redeclared)  # the skeleton is a copy
         strict = inferred is not None
         if not strict:  # err says where
             notes.append(f"the input model fails strict shape inference ({err}); passes get "
@@ -192,12 +190,10 @@ class Verifier:
             redone = self._without_declarations(skeleton_)
             if redone is None:
                 return f"shape inference fails on the result: {err}"
-            inferred, computed = redone
-            for out in skeleton_.graph.output:
-                if out.name in computed and out.name not in self.redeclared:
-                    self.redeclared[out.name] = (_copied(out.type.tensor_type),
-                                                 computed[out.name])
-            set_declarations(model.graph.output, computed)
+            inferred, changes = redone
+            for name, change in changes.items():
+                self.redeclared.setdefault(name, change)
+            set_declarations(model.graph.output, changes)
         self.inferred = inferred
         return None
 
@@ -210,12 +206,6 @@ class Verifier:
         if not self._unconfirmed:
             return None
         return redeclare(skeleton_, self._unconfirmed, self.strict_inference)
-
-
-def _copied(tensor_type: onnx.TypeProto.Tensor) -> onnx.TypeProto.Tensor:
-    copy = onnx.TypeProto.Tensor()
-    copy.CopyFrom(tensor_type)
-    return copy
 
 
 def _checkable_skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -381,7 +371,6 @@ class _Runner:
         self.rounds_run: dict[str, int] = {}
         self.removed: dict[str, str] = {}  # tensor -> the pass whose rewrite removed it
         self.notes: list[str] = list(self.verifier.notes)
-        self.input = model  # for the notes on the If branches the check ran (`finish`)
         self.names = graph_names(self.state.graph)  # of the graph after the last step
         # a preset round's passes leave their graph unexported until the round's end
         # (`_attempt`), unless each pass's model is asked for (on_pass_done)
@@ -523,7 +512,7 @@ class _Runner:
         self.notes += [describe(name, *types) for name, types in self.verifier.redeclared.items()]
         check = self.output_check
         if check.enabled:
-            self.notes += branch_notes(self.input, check.feeds,
+            self.notes += branch_notes(check.branches, check.feeds,
                                        {name: other.enabled for name, other in check.others})
         report = Report(
             pipeline=pipeline,

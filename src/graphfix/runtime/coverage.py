@@ -33,13 +33,13 @@ def branch_inputs(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]
     return chosen
 
 
-def branch_notes(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+def branch_notes(branches: Mapping[str, list[str]], feeds: Mapping[str, np.ndarray],
                  flipped: Mapping[str, bool]) -> list[str]:
-    """One note per input of `branch_inputs`: both values checked (`flipped[name]`: the
-    check with the input flipped runs), or the branch the check could not run, and how
-    to run it."""
+    """One note per input of `branches` (`branch_inputs`): both values checked
+    (`flipped[name]`: the check with the input flipped runs), or the branch the check
+    could not run, and how to run it."""
     notes = []
-    for name, labels in branch_inputs(model, feeds).items():
+    for name, labels in branches.items():
         value = bool(np.asarray(feeds[name]).reshape(()))
         nodes = f"{labels[0]} takes" if len(labels) == 1 else f"{len(labels)} If nodes take"
         if flipped.get(name):

@@ -126,7 +126,9 @@ class OutputCheck:
         self._waiting = threading.Event()  # set once a caller waits for the original
         self._ahead: _FloorAhead | None = None  # the floor measured ahead, unused so far
         self.computed_in: dict[str, str] = {}  # output -> the narrow float it was cast from
-        # the same check with a BOOL input that picks If branches flipped (`prepare`)
+        # BOOL graph inputs that pick If branches -> those Ifs (`coverage.branch_inputs`),
+        # and the same check with each of them flipped (`prepare`)
+        self.branches: dict[str, list[str]] = {}
         self.others: list[tuple[str, OutputCheck]] = []
 
     def _settled(self) -> None:
@@ -245,7 +247,8 @@ class OutputCheck:
             check._worker = threading.Thread(target=run, name="graphfix-original",
                                              daemon=True)
             check._worker.start()
-        for name in branch_inputs(model, feeds) if flip else ():
+        check.branches = branch_inputs(model, feeds)
+        for name in check.branches if flip else ():
             flipped = {**(values or {}), name: int(not np.asarray(feeds[name]).reshape(()))}
             check.others.append((name, cls.prepare(
                 model, shapes, data, seed, providers, flipped, background, data_key,
@@ -305,6 +308,7 @@ class OutputCheck:
             return OutputCheck(self.feeds, None, reason, self.providers, self.seed, self.data)
         check._mark_random(model)
         check._floor_when_needed(model)
+        check.branches = self.branches
         check.others = [(name, other.rebased(model)) for name, other in self.others]
         return check
 
