@@ -91,6 +91,14 @@ def is_onnx(node: gs.Node, *ops: str) -> bool:
     return (node.domain or "") in ("", "ai.onnx") and (not ops or node.op in ops)
 
 
+def producer_in(tensor: gs.Tensor, node_ids: set[int]) -> gs.Node | None:
+    """The node among `node_ids` (a graph's nodes, by id) that writes `tensor`, if any."""
+    if isinstance(tensor, gs.Constant) or len(tensor.inputs) != 1:
+        return None
+    producer = tensor.inputs[0]
+    return producer if id(producer) in node_ids else None
+
+
 def opset_of(graph: gs.Graph, domain: str = "") -> int:
     """The opset the graph imports for `domain` ('' = the default ONNX domain)."""
     if domain in ("", "ai.onnx"):

@@ -43,6 +43,7 @@ from graphfix.graph import (
     names_in_use,
     node_label,
 )
+from graphfix.graph.walk import producer_in
 from graphfix.passes.base import NoOptions, Note, Pass, PassContext, PassResult, may_rewrite
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -129,10 +130,9 @@ def _of_one_input(terms: list[gs.Tensor], node_ids: set[int]) -> bool:
 
 
 def _writer(t: gs.Tensor, op: str, node_ids: set[int]) -> gs.Node | None:
-    if isinstance(t, gs.Constant) or len(t.inputs) != 1:
-        return None
-    node = t.inputs[0]
-    return node if id(node) in node_ids and is_onnx(node, op) else None
+    """The `op` node of this graph that writes `t`, if any."""
+    node = producer_in(t, node_ids)
+    return node if node is not None and is_onnx(node, op) else None
 
 
 def _plan(terms: list[gs.Tensor], g: gs.Graph, node_ids: set[int]

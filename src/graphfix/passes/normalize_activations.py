@@ -48,6 +48,7 @@ from graphfix.graph import (
     opset_of,
     replace_in,
 )
+from graphfix.graph.walk import producer_in
 from graphfix.passes._hard_activations import hard_sigmoid, hard_swish
 from graphfix.passes._noop_shapes import broadcast_refusal
 from graphfix.passes.base import LIMIT_REACHED, Note, Pass, PassContext, PassResult
@@ -270,7 +271,7 @@ def _check_mul(g: gs.Graph, node: gs.Node, opset: int, node_ids: set[int]) -> _P
         return None
     for i in (0, 1):
         gate, x = node.inputs[i], node.inputs[1 - i]
-        producer = _producer(gate, node_ids)
+        producer = producer_in(gate, node_ids)
         if producer is None or not producer.inputs or producer.inputs[0] is not x:
             continue
         if is_onnx(producer, "HardSigmoid"):
@@ -278,14 +279,6 @@ def _check_mul(g: gs.Graph, node: gs.Node, opset: int, node_ids: set[int]) -> _P
         if is_onnx(producer, "Sigmoid"):
             return SILU
     return None
-
-
-def _producer(tensor: gs.Tensor, node_ids: set[int]) -> gs.Node | None:
-    """The node of this graph that writes `tensor`, if any."""
-    if isinstance(tensor, gs.Constant) or len(tensor.inputs) != 1:
-        return None
-    producer = tensor.inputs[0]
-    return producer if id(producer) in node_ids else None
 
 
 def _check_hardswish(g: gs.Graph, hsig: gs.Node, x: gs.Tensor, opset: int) -> _Plan | str:
